@@ -1,0 +1,194 @@
+"""The LogStore contract: how Delta's transaction log talks to storage.
+
+A ``LogStore`` reads and writes the small files under ``_delta_log``. Every implementation
+must guarantee, for the paths it serves:
+
+1. **Mutual exclusion**: of several writers creating the same file with ``overwrite=False``,
+   exactly one succeeds; the others get :class:`FileExistsError`.
+2. **Atomic visibility**: where :meth:`LogStore.is_partial_write_visible` is ``False``, a
+   reader sees either no file or the whole file, never part of it.
+3. **Consistent listing**: once a write returned, every later :meth:`LogStore.list_from` of
+   the directory shows the file.
+"""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import IO, Self
+
+
+@dataclass(frozen=True, slots=True)
+class FileStatus:
+    """One entry of a directory listing.
+
+    ``path`` is fully qualified (scheme included), ``modification_time`` is in milliseconds
+    since the epoch, ``size`` in bytes (0 for directories).
+    """
+
+    path: str
+    size: int
+    modification_time: int
+    is_dir: bool = False
+
+    @property
+    def name(self) -> str:
+        """The last segment of :attr:`path`."""
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class LineIterator(Iterator[str]):
+    """Lazy iterator over the lines of a binary stream, closeable and a context manager.
+
+    Nothing is read before the first ``next()``. Lines are decoded as UTF-8 and trimmed like
+    Java's ``String.trim()`` (characters up to U+0020 at both ends). The stream is closed at
+    the end of the data, on :meth:`close`, or when leaving a ``with`` block.
+    """
+
+    __slots__ = ("_closed", "_opener", "_stream")
+
+    def __init__(self, opener: Callable[[], IO[bytes]]) -> None:
+        self._opener = opener
+        self._stream: IO[bytes] | None = None
+        self._closed = False
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> str:
+        if self._closed:
+            raise StopIteration
+        if self._stream is None:
+            self._stream = self._opener()
+        raw = self._stream.readline()
+        if not raw:
+            self.close()
+            raise StopIteration
+        return _java_trim(raw.decode("utf-8"))
+
+    def close(self) -> None:
+        """Release the underlying stream; later ``next()`` calls stop the iteration."""
+        self._closed = True
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_JAVA_WHITESPACE = "".join(chr(c) for c in range(0x21))
+
+
+def _java_trim(line: str) -> str:
+    return line.strip(_JAVA_WHITESPACE)
+
+
+def encode_actions(actions: Iterable[str]) -> bytes:
+    """Serialise actions the way every Delta store does: each one followed by ``\\n``, UTF-8."""
+    return "".join(f"{action}\n" for action in actions).encode("utf-8")
+
+
+def split_lines(data: bytes) -> list[str]:
+    """Decode a log file's bytes into trimmed lines (the inverse of :func:`encode_actions`)."""
+    return [_java_trim(line) for line in data.decode("utf-8").splitlines()]
+
+
+class LogStore(ABC):
+    """Reads and writes Delta log files on one kind of storage.
+
+    Every store is constructible from a single configuration mapping (Spark/Hadoop style
+    string keys and values), so stores can be loaded by class name from configuration.
+    Paths are URIs (``s3://bucket/t/_delta_log/00000000000000000000.json``) or local paths.
+    """
+
+    def __init__(self, conf: Mapping[str, str] | None = None) -> None:
+        self._conf: Mapping[str, str] = MappingProxyType(dict(conf or {}))
+
+    @property
+    def conf(self) -> Mapping[str, str]:
+        """The read-only configuration this store was built from."""
+        return self._conf
+
+    # -- reading -------------------------------------------------------------------------
+    def read(self, path: str) -> list[str]:
+        """All lines of the file, without terminators and trimmed.
+
+        Raises :class:`FileNotFoundError` if the file does not exist.
+        """
+        with self.read_as_iterator(path) as lines:
+            return list(lines)
+
+    @abstractmethod
+    def read_as_iterator(self, path: str) -> LineIterator:
+        """A lazy, closeable iterator over the file's lines (see :meth:`read`).
+
+        The file need not be opened before the first line is requested; a missing file raises
+        :class:`FileNotFoundError` at the latest on the first ``next()``.
+        """
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole file as bytes. Raises :class:`FileNotFoundError` if it does not exist.
+
+        The default rebuilds the bytes from :meth:`read`; stores with binary access override it.
+        """
+        return encode_actions(self.read(path))
+
+    def open_input(self, path: str) -> IO[bytes]:
+        """A readable, seekable binary stream of the file (used for Parquet checkpoints)."""
+        return io.BytesIO(self.read_bytes(path))
+
+    # -- writing -------------------------------------------------------------------------
+    @abstractmethod
+    def write(self, path: str, actions: Iterable[str], overwrite: bool = False) -> None:
+        """Write ``actions``, each followed by ``\\n``, as the file ``path`` (UTF-8).
+
+        With ``overwrite=False`` this is an atomic put-if-absent: if the file exists,
+        :class:`FileExistsError` naming the path is raised and nothing is changed; of concurrent
+        writers of the same path exactly one succeeds. Where :meth:`is_partial_write_visible`
+        is ``False`` no reader ever observes a partially written file.
+        """
+
+    def write_bytes(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """Write raw bytes as the file ``path`` with the same guarantees as :meth:`write`.
+
+        Used for Parquet checkpoints. The default supports only UTF-8 text made of lines.
+        """
+        self.write(path, split_lines(data), overwrite=overwrite)
+
+    def create_directories(self, path: str) -> None:
+        """Make sure the directory ``path`` exists (a no-op on object stores)."""
+
+    def delete(self, path: str) -> None:
+        """Remove a file the caller owns (temp files, test clean-up). Missing files are ignored."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete {path}")
+
+    # -- listing -------------------------------------------------------------------------
+    @abstractmethod
+    def list_from(self, path: str) -> Iterator[FileStatus]:
+        """Entries of ``path``'s parent directory whose name is ``>=`` ``path``'s name.
+
+        Sorted by name; directories are included; ``path`` itself need not exist. Raises
+        :class:`FileNotFoundError` if the parent directory does not exist.
+        """
+
+    # -- properties ----------------------------------------------------------------------
+    @abstractmethod
+    def is_partial_write_visible(self, path: str) -> bool:
+        """Whether a reader could observe a half-written file at ``path`` on this storage."""
+
+    @abstractmethod
+    def resolve_path_on_physical_storage(self, path: str) -> str:
+        """The fully qualified URI of ``path`` (scheme and authority included)."""
+
+    def invalidate_cache(self) -> None:
+        """Drop any cached listings or file metadata. The default store caches nothing."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

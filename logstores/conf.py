@@ -1,0 +1,94 @@
+"""Configuration handling: Spark objects to plain mappings, and Delta's key conventions.
+
+Delta reads every log store key in two spellings, with and without the ``spark.`` prefix,
+and Hadoop settings either plain (``fs.s3a.endpoint``) or as ``spark.hadoop.fs.s3a.endpoint``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from logstores.errors import LogStoreConfError
+
+SPARK_PREFIX = "spark."
+HADOOP_PREFIX = "spark.hadoop."
+
+ConfLike = Mapping[str, Any] | Any
+"""A plain mapping, ``pyspark.SparkConf``, ``SparkSession`` or ``spark.conf`` (RuntimeConfig)."""
+
+
+def to_conf_dict(conf: ConfLike | None) -> dict[str, str]:
+    """Flatten any supported configuration object into a ``dict[str, str]``.
+
+    PySpark objects are recognised by their shape, so pyspark is never imported here. For a
+    SparkSession the SparkConf comes first and the session's runtime settings override it.
+    """
+    if conf is None:
+        return {}
+    if isinstance(conf, Mapping):
+        return {str(key): str(value) for key, value in conf.items()}
+    if hasattr(conf, "sparkContext") and hasattr(conf, "conf"):  # SparkSession
+        merged: dict[str, str] = {}
+        with contextlib.suppress(Exception):  # Spark Connect sessions have no SparkContext
+            merged.update(to_conf_dict(conf.sparkContext.getConf()))
+        merged.update(to_conf_dict(conf.conf))
+        return merged
+    get_all = getattr(conf, "getAll", None)
+    if get_all is not None:
+        entries = get_all() if callable(get_all) else get_all  # SparkConf vs RuntimeConfig
+        items = entries.items() if isinstance(entries, Mapping) else entries
+        return {str(key): str(value) for key, value in items}
+    raise TypeError(
+        "conf must be a mapping, a pyspark SparkConf, a SparkSession or spark.conf, "
+        f"not {type(conf).__name__}"
+    )
+
+
+def unprefixed(key: str) -> str:
+    """``spark.delta.logStore.class`` -> ``delta.logStore.class``."""
+    return key[len(SPARK_PREFIX) :] if key.startswith(SPARK_PREFIX) else key
+
+
+def get_delta_conf(conf: Mapping[str, str], key: str) -> str | None:
+    """Value of a Delta key given with the ``spark.`` prefix, read in both spellings.
+
+    Raises :class:`LogStoreConfError` (Delta's DELTA_INCONSISTENT_LOGSTORE_CONFS wording) when
+    both spellings are set to different values.
+    """
+    base_key = unprefixed(key)
+    spark_key = SPARK_PREFIX + base_key
+    spark_value, base_value = conf.get(spark_key), conf.get(base_key)
+    if spark_value is not None and base_value is not None and spark_value != base_value:
+        raise LogStoreConfError(
+            f"[DELTA_INCONSISTENT_LOGSTORE_CONFS] ({base_key} = {base_value}, "
+            f"{spark_key} = {spark_value}) cannot be set to different values. Please only set "
+            "one of them, or set them to the same value."
+        )
+    return spark_value if spark_value is not None else base_value
+
+
+def hadoop_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The Hadoop view of a Spark conf: plain keys, overridden by ``spark.hadoop.*`` keys."""
+    result = {key: value for key, value in conf.items() if not key.startswith(HADOOP_PREFIX)}
+    for key, value in conf.items():
+        if key.startswith(HADOOP_PREFIX):
+            result[key[len(HADOOP_PREFIX) :]] = value
+    return result
+
+
+SECRET_MARKERS = ("secret", "password", "token", "key", "credential", "sas", "connection_string")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a configuration key or storage option name may hold a credential."""
+    lowered = key.lower().replace(".", "_").replace("-", "_")
+    if lowered.endswith(("_impl", "logstore_class", "keyfile_path")):
+        return False
+    return any(marker in lowered for marker in SECRET_MARKERS)
+
+
+def redact(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``options`` with every credential-like value replaced by ``'***'``."""
+    return {key: ("***" if is_secret_key(key) and value else value) for key, value in options.items()}

@@ -1,0 +1,288 @@
+"""The shared base of every store built on an fsspec filesystem."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Any, ClassVar
+from urllib.parse import urlsplit
+
+import fsspec
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+from logstores.base import FileStatus, LineIterator, LogStore, encode_actions
+from logstores.conf import redact
+from logstores.errors import LogStoreError
+from logstores.options import fsspec_protocol, storage_options
+
+logger = logging.getLogger(__name__)
+
+
+def uri_scheme(path: str) -> str:
+    """The lower-cased URI scheme of ``path``; ``""`` for plain local paths (and drive letters)."""
+    scheme = urlsplit(path).scheme.lower() if "://" in path or path.startswith("file:") else ""
+    return "" if len(scheme) == 1 else scheme
+
+
+def open_filesystem(uri: str, conf: Mapping[str, str] | None = None) -> tuple[AbstractFileSystem, str]:
+    """The fsspec filesystem serving ``uri`` under ``conf``, and ``uri`` as that filesystem's path.
+
+    Storage options come from :func:`logstores.options.storage_options`, so data files are
+    reached with the same settings as the log.
+    """
+    scheme = uri_scheme(uri)
+    protocol = fsspec_protocol(scheme)
+    fs = fsspec.filesystem(protocol, **storage_options(scheme, conf or {}))
+    return fs, _strip(fs, uri, scheme)
+
+
+def _strip(fs: AbstractFileSystem, uri: str, scheme: str) -> str:
+    if scheme and fsspec_protocol(scheme) != scheme:
+        uri = fsspec_protocol(scheme) + uri[len(scheme) :]
+    return fs._strip_protocol(uri)
+
+
+def modification_time_ms(info: Mapping[str, Any]) -> int:
+    """Milliseconds since the epoch from an fsspec ``info`` dict of any backend."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created", "mtime_ns"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, _dt.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=_dt.UTC)
+            return int(value.timestamp() * 1000)
+        if isinstance(value, str):
+            return int(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+        if key == "mtime_ns":
+            return int(value) // 1_000_000
+        return int(float(value) * 1000)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A path resolved against its filesystem."""
+
+    fs: AbstractFileSystem
+    path: str  # the filesystem's own form (no protocol for object stores)
+    scheme: str  # the scheme the caller used, kept so results come back in the same form
+
+    def qualify(self, fs_path: str) -> str:
+        """The fully qualified URI of another path on the same filesystem."""
+        if isinstance(self.fs, LocalFileSystem):
+            return "file://" + fs_path
+        return f"{self.scheme}://{fs_path.lstrip('/')}"
+
+    @property
+    def parent(self) -> str:
+        return self.fs._parent(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+_PATH_LOCKS: dict[str, threading.Lock] = {}
+_PATH_LOCKS_GUARD = threading.Lock()
+
+
+def path_lock(key: str) -> threading.Lock:
+    """A process-wide lock for one path (Delta's ``PathLock``)."""
+    with _PATH_LOCKS_GUARD:
+        return _PATH_LOCKS.setdefault(key, threading.Lock())
+
+
+class FileSystemLogStore(LogStore):
+    """Reads, lists and writes through fsspec; subclasses decide how put-if-absent is done.
+
+    Subclasses implement :meth:`_put_if_absent` (the mutual-exclusion primitive) and may
+    override :meth:`_overwrite`, :meth:`_list_dir` and :meth:`filesystem_options`.
+    """
+
+    partial_write_visible: ClassVar[bool] = True
+    """What :meth:`is_partial_write_visible` answers for every path of this store."""
+
+    def __init__(self, conf: Mapping[str, str] | None = None) -> None:
+        super().__init__(conf)
+        self._filesystems: dict[str, AbstractFileSystem] = {}
+        self._filesystems_lock = threading.Lock()
+
+    # -- filesystem resolution -----------------------------------------------------------
+    def filesystem_options(self, scheme: str) -> dict[str, Any]:
+        """The fsspec storage options for ``scheme``; stores may add defaults of their own."""
+        return storage_options(scheme, self.conf)
+
+    def filesystem(self, path: str) -> AbstractFileSystem:
+        """The fsspec filesystem serving ``path`` (one instance per scheme, cached)."""
+        scheme = uri_scheme(path)
+        with self._filesystems_lock:
+            fs = self._filesystems.get(scheme)
+            if fs is None:
+                options = self.filesystem_options(scheme)
+                logger.debug("%s opens %s with %s", type(self).__name__, scheme or "file", redact(options))
+                fs = self._filesystems[scheme] = fsspec.filesystem(fsspec_protocol(scheme), **options)
+            return fs
+
+    def locate(self, path: str) -> Location:
+        """``path`` resolved to its filesystem and that filesystem's path form."""
+        scheme = uri_scheme(path)
+        fs = self.filesystem(path)
+        return Location(fs, _strip(fs, path, scheme), scheme)
+
+    # -- reading -------------------------------------------------------------------------
+    def read_as_iterator(self, path: str) -> LineIterator:
+        location = self.locate(path)
+        return LineIterator(lambda: location.fs.open(location.path, "rb"))
+
+    def read_bytes(self, path: str) -> bytes:
+        location = self.locate(path)
+        return location.fs.cat_file(location.path)
+
+    def open_input(self, path: str) -> IO[bytes]:
+        location = self.locate(path)
+        return location.fs.open(location.path, "rb")
+
+    # -- listing -------------------------------------------------------------------------
+    def list_from(self, path: str) -> Iterator[FileStatus]:
+        location = self.locate(path)
+        start = location.name
+        entries = [info for info in self._list_dir(location) if _name(info) >= start]
+        entries.sort(key=_name)
+        for info in entries:
+            yield FileStatus(
+                path=location.qualify(info["name"]),
+                size=int(info.get("size") or 0),
+                modification_time=modification_time_ms(info),
+                is_dir=info.get("type") == "directory",
+            )
+
+    def _list_dir(self, location: Location) -> list[dict[str, Any]]:
+        """Entries of ``location``'s parent whose names may be ``>=`` its name.
+
+        Raises :class:`FileNotFoundError` naming the parent when it does not exist. Object
+        stores override this to start the listing at the name instead of the prefix.
+        """
+        parent = location.parent
+        try:
+            return location.fs.ls(parent, detail=True)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"No such file or directory: {location.qualify(parent)}") from None
+        except NotADirectoryError:
+            raise FileNotFoundError(f"Not a directory: {location.qualify(parent)}") from None
+
+    # -- writing -------------------------------------------------------------------------
+    def write(self, path: str, actions: Iterable[str], overwrite: bool = False) -> None:
+        self.write_bytes(path, encode_actions(actions), overwrite=overwrite)
+
+    def write_bytes(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        location = self.locate(path)
+        if overwrite:
+            self._overwrite(location, data)
+        else:
+            self._put_if_absent(location, data)
+
+    def _put_if_absent(self, location: Location, data: bytes) -> None:
+        """Create the file atomically if absent, else raise :class:`FileExistsError`."""
+        raise NotImplementedError
+
+    def _overwrite(self, location: Location, data: bytes) -> None:
+        """Write the file whether or not it exists (direct write by default)."""
+        location.fs.pipe_file(location.path, data)
+
+    def write_with_rename(self, location: Location, data: bytes, overwrite: bool) -> None:
+        """Delta's ``writeWithRename``: write a hidden temp file, then rename it into place.
+
+        Safe only where rename-without-overwrite is atomic. The parent must exist (writes never
+        create the log directory); the temp file is removed if the rename did not happen.
+        """
+        fs = location.fs
+        parent = location.parent
+        if not fs.isdir(parent):
+            raise FileNotFoundError(f"No such file or directory: {location.qualify(parent)}")
+        if not overwrite and fs.exists(location.path):
+            raise FileExistsError(location.qualify(location.path))
+        temp = f"{parent}/.{location.name}.{uuid.uuid4()}.tmp"
+        fs.pipe_file(temp, data)
+        renamed = False
+        try:
+            if overwrite:
+                fs.mv(temp, location.path)
+            else:
+                self._rename_no_overwrite(location, temp)
+            renamed = True
+        finally:
+            if not renamed:
+                _remove_quietly(fs, temp)
+
+    def _rename_no_overwrite(self, location: Location, temp: str) -> None:
+        """Move ``temp`` to ``location`` unless ``location`` exists (then FileExistsError)."""
+        fs = location.fs
+        if isinstance(fs, LocalFileSystem):
+            link_into_place(temp, location.path, location.qualify(location.path))
+            return
+        with path_lock(location.qualify(location.path)):
+            if fs.exists(location.path):
+                raise FileExistsError(location.qualify(location.path))
+            fs.mv(temp, location.path)
+
+    def create_directories(self, path: str) -> None:
+        location = self.locate(path)
+        location.fs.makedirs(location.path, exist_ok=True)
+
+    def delete(self, path: str) -> None:
+        location = self.locate(path)
+        _remove_quietly(location.fs, location.path)
+
+    # -- properties ----------------------------------------------------------------------
+    def is_partial_write_visible(self, path: str) -> bool:
+        return self.partial_write_visible
+
+    def resolve_path_on_physical_storage(self, path: str) -> str:
+        location = self.locate(path)
+        return location.qualify(location.path)
+
+    def invalidate_cache(self) -> None:
+        for fs in list(self._filesystems.values()):
+            fs.invalidate_cache()
+
+    def __repr__(self) -> str:
+        options = {scheme or "file": redact(self.filesystem_options(scheme)) for scheme in self._filesystems}
+        return f"{type(self).__name__}({options})" if options else f"{type(self).__name__}()"
+
+
+def _name(info: Mapping[str, Any]) -> str:
+    return str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _remove_quietly(fs: AbstractFileSystem, path: str) -> None:
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # best effort: a stray temp file is harmless
+        logger.warning("could not remove %s: %s", path, exc)
+
+
+def link_into_place(temp: str, target: str, display: str) -> None:
+    """Atomically publish the local file ``temp`` as ``target``, failing if ``target`` exists.
+
+    ``os.link`` is atomic and never replaces an existing name, which gives put-if-absent with
+    whole-file visibility. The temp file is removed in every case.
+    """
+    try:
+        os.link(temp, target)
+    except FileExistsError:
+        raise FileExistsError(display) from None
+    except OSError as exc:
+        raise LogStoreError(f"cannot create {display} with a hard link: {exc}") from exc
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)

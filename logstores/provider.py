@@ -1,0 +1,63 @@
+"""``create_log_store``: the one entry point that turns a configuration into a LogStore."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from logstores.base import LogStore
+from logstores.conf import ConfLike, get_delta_conf, to_conf_dict
+from logstores.delegating import DelegatingLogStore, StoreChoice, choose_store_for_scheme
+from logstores.errors import LogStoreConfError
+from logstores.filesystem import uri_scheme
+from logstores.registry import canonical_alias, load_log_store_class
+
+LOG_STORE_CLASS_KEY = "spark.delta.logStore.class"
+_KEY_PREFIXES = ("spark.delta.logStore.", "delta.logStore.")
+
+
+def create_log_store(conf: ConfLike | None = None) -> LogStore:
+    """The LogStore Delta would use under ``conf``.
+
+    ``conf`` may be a mapping, a ``pyspark.SparkConf``, a ``SparkSession`` or ``spark.conf``.
+    If ``spark.delta.logStore.class`` (or ``delta.logStore.class``) is set, that class is loaded
+    and built from the conf; otherwise a :class:`DelegatingLogStore` picks a store per scheme.
+    Raises :class:`LogStoreConfError` for conflicting, inconsistent or unloadable settings.
+    """
+    settings = to_conf_dict(conf)
+    class_name = _validated_class_name(settings)
+    if class_name is None or canonical_alias(class_name) == "delegating":
+        return DelegatingLogStore(settings)
+    return load_log_store_class(class_name, key=_spelled(settings, LOG_STORE_CLASS_KEY))(settings)
+
+
+def explain_log_store(uri: str, conf: ConfLike | None = None) -> StoreChoice:
+    """Which store class :func:`create_log_store` would use for ``uri``, and which key chose it."""
+    settings = to_conf_dict(conf)
+    class_name = _validated_class_name(settings)
+    if class_name is None or canonical_alias(class_name) == "delegating":
+        return choose_store_for_scheme(uri_scheme(uri), settings)
+    key = _spelled(settings, LOG_STORE_CLASS_KEY)
+    return StoreChoice(load_log_store_class(class_name, key=key), f"{key} = {class_name}")
+
+
+def _validated_class_name(settings: Mapping[str, str]) -> str | None:
+    class_keys, scheme_keys = _log_store_keys(settings)
+    if class_keys and scheme_keys:
+        raise LogStoreConfError(
+            f"[DELTA_INVALID_LOGSTORE_CONF] (`{', '.join(class_keys)}`) and "
+            f"(`{', '.join(scheme_keys)}`) cannot be set at the same time. "
+            "Please set only one group of them."
+        )
+    for key in scheme_keys:  # raises DELTA_INCONSISTENT_LOGSTORE_CONFS
+        get_delta_conf(settings, key)
+    return get_delta_conf(settings, LOG_STORE_CLASS_KEY)
+
+
+def _log_store_keys(settings: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    keys = sorted(key for key in settings if key.startswith(_KEY_PREFIXES) and ".options." not in key)
+    return [key for key in keys if key.endswith("class")], [key for key in keys if key.endswith(".impl")]
+
+
+def _spelled(settings: Mapping[str, str], key: str) -> str:
+    """The spelling of ``key`` the user actually set (with or without ``spark.``)."""
+    return key if key in settings else key.removeprefix("spark.")
