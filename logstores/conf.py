@@ -92,3 +92,38 @@ def is_secret_key(key: str) -> bool:
 def redact(options: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``options`` with every credential-like value replaced by ``'***'``."""
     return {key: ("***" if is_secret_key(key) and value else value) for key, value in options.items()}
+
+
+def parse_spark_defaults(text: str) -> dict[str, str]:
+    """Parse ``spark-defaults.conf`` (Java properties: ``key value``, ``key=value`` or ``key: value``).
+
+    Blank lines and lines starting with ``#`` or ``!`` are skipped; a trailing backslash continues
+    the line. Raises :class:`LogStoreConfError` naming the line for a key without a value.
+    """
+    settings: dict[str, str] = {}
+    logical: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        entry, logical = "".join(logical), []
+        separator = min(
+            (index for index in (entry.find("="), entry.find(":"), _first_space(entry)) if index > 0),
+            default=-1,
+        )
+        if separator < 0:
+            raise LogStoreConfError(f"line {number}: {entry!r} has no value (expected 'key value')")
+        key = entry[:separator].strip()
+        value = entry[separator + 1 :].strip()
+        if value[:1] in "=:" and entry[separator].isspace():
+            value = value[1:].strip()
+        settings[key] = value
+    return settings
+
+
+def _first_space(text: str) -> int:
+    return next((index for index, char in enumerate(text) if char.isspace()), -1)

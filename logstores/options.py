@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from logstores.cloud_options import CLOUD_OPTION_MAPPERS
 from logstores.conf import SPARK_PREFIX, hadoop_conf
 
 OPTIONS_KEY_PREFIX = "delta.logStore."
@@ -35,7 +36,7 @@ FSSPEC_PROTOCOLS: dict[str, str] = {
 
 OptionMapper = Callable[[str, Mapping[str, str]], dict[str, Any]]
 
-HADOOP_OPTION_MAPPERS: dict[str, OptionMapper] = {}
+HADOOP_OPTION_MAPPERS: dict[str, OptionMapper] = {**CLOUD_OPTION_MAPPERS}
 """fsspec protocol -> function(scheme, hadoop conf) returning storage options."""
 
 

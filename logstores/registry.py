@@ -128,7 +128,8 @@ def _import_class(class_path: str, source: str, extra: str | None) -> type:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f"; install it with: pip install 'delta-logstores[{extra}]'" if extra else ""
+        missing_dependency = extra and exc.name and exc.name.split(".")[0] != module_name.split(".")[0]
+        hint = f"; install it with: pip install 'delta-logstores[{extra}]'" if missing_dependency else ""
         raise LogStoreConfError(
             f"Can not instantiate LogStore class ({source}): cannot import {module_name} ({exc}){hint}"
         ) from exc

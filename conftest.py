@@ -1,0 +1,50 @@
+"""Shared test fixtures: golden tables, one local SparkSession, emulator servers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent
+GOLDEN_ROOT = REPO_ROOT.parent / "shared" / "testdata" / "delta-golden"
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # see environment notes
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+pytest_plugins = ["tests.store_cases"]
+if (REPO_ROOT / "tests" / "cloud_servers.py").exists():
+    pytest_plugins.append("tests.cloud_servers")
+
+
+@pytest.fixture(scope="session")
+def golden_root() -> Path:
+    """The shared golden tables (``../shared/testdata/delta-golden`` from the repo root)."""
+    if not GOLDEN_ROOT.is_dir():
+        pytest.fail(f"golden tables not found at {GOLDEN_ROOT}")
+    return GOLDEN_ROOT
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One quiet local SparkSession for the whole run (Spark tests run serially)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("delta-logstores-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.executorEnv.PYTHONPATH", str(REPO_ROOT))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

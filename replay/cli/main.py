@@ -1,0 +1,259 @@
+"""``deltalog``: inspect and follow Delta tables on any storage from a terminal.
+
+Exit codes: 0 success, 1 usage error, 2 table, storage or configuration error. Errors print one
+line naming the table, version, path or key; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from logstores import LogStoreConfError, explain_log_store
+from logstores.conf import parse_spark_defaults, redact
+
+EXIT_OK, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line arguments (exit code 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# -- configuration ----------------------------------------------------------------------------
+def load_conf(
+    conf_file: str | None, pairs: Sequence[str], environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """Spark settings as Spark would see them: ``$SPARK_CONF_DIR/spark-defaults.conf``, then
+    ``--conf-file``, then each ``--conf KEY=VALUE`` (later wins)."""
+    settings: dict[str, str] = {}
+    conf_dir = environ.get("SPARK_CONF_DIR")
+    defaults = Path(conf_dir, "spark-defaults.conf") if conf_dir else None
+    for path in (defaults, Path(conf_file) if conf_file else None):
+        if path is None or (path is defaults and not path.is_file()):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise LogStoreConfError(f"cannot read conf file {path}: {exc.strerror or exc}") from None
+        try:
+            settings.update(parse_spark_defaults(text))
+        except LogStoreConfError as exc:
+            raise LogStoreConfError(f"{path}: {exc}") from None
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key.strip():
+            raise LogStoreConfError(f"--conf {pair!r} is not of the form KEY=VALUE")
+        settings[key.strip()] = value
+    return settings
+
+
+# -- commands -----------------------------------------------------------------------------------
+def cmd_store(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay.cli import output
+
+    choice = explain_log_store(args.uri, conf)
+    store = choice.store_class(conf)
+    details = {
+        "uri": args.uri,
+        "store": choice.class_name,
+        "chosen_by": choice.reason,
+        "partial_writes_visible": store.is_partial_write_visible(args.uri),
+        "resolved_path": store.resolve_path_on_physical_storage(args.uri),
+        "conf": redact({key: value for key, value in conf.items() if _storage_key(key)}),
+    }
+    output.emit_mapping(details, as_json=args.json, title="LogStore")
+    return EXIT_OK
+
+
+def _storage_key(key: str) -> bool:
+    return key.startswith(
+        ("spark.delta.logStore", "delta.logStore", "spark.hadoop.fs.", "fs.", "spark.io.delta", "io.delta")
+    )
+
+
+def cmd_snapshot(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay.cli import output
+    from replay.delta_log import DeltaLog
+
+    log = DeltaLog.for_table(args.uri, conf)
+    with output.working(f"Replaying the log of {args.uri}"):
+        snapshot = log.snapshot(version=args.version, timestamp=_timestamp_arg(args.timestamp))
+    output.emit_snapshot(snapshot, as_json=args.json, with_files=args.files)
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay.cli import output
+    from replay.delta_log import DeltaLog
+
+    log = DeltaLog.for_table(args.uri, conf)
+    with output.working(f"Reading the history of {args.uri}"):
+        entries = log.history(limit=args.limit)
+    output.emit_history(entries, as_json=args.json)
+    return EXIT_OK
+
+
+def cmd_changes(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay.cdc import table_changes
+    from replay.cli import output
+    from replay.delta_log import DeltaLog
+
+    log = DeltaLog.for_table(args.uri, conf)
+    printed = 0
+    start, end = args.start, args.end
+    while True:
+        latest = log.latest_version()
+        stop = latest if end is None else min(end, latest)
+        if start <= stop:
+            with output.working(f"Reading changes {start}..{stop} of {args.uri}"):
+                rows = table_changes(log, starting_version=start, ending_version=stop)
+            if args.limit is not None:
+                rows = rows.slice(0, max(args.limit - printed, 0))
+            output.emit_changes(rows, as_json=args.json, header=printed == 0 and not args.follow)
+            printed += rows.num_rows
+            start = stop + 1
+        if not args.follow or (args.limit is not None and printed >= args.limit):
+            return EXIT_OK
+        if end is not None and start > end:
+            return EXIT_OK
+        time.sleep(args.interval)
+
+
+def cmd_checkpoint(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay.cli import output
+    from replay.delta_log import DeltaLog
+
+    log = DeltaLog.for_table(args.uri, conf)
+    with output.working(f"Writing a checkpoint of {args.uri}"):
+        written = log.checkpoint()
+    output.emit_checkpoint(written, as_json=args.json)
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay.cli.demo import run_demo
+
+    run_demo(args.directory, conf, with_spark=not args.no_spark)
+    return EXIT_OK
+
+
+def _timestamp_arg(value: str | None) -> str | None:
+    return value
+
+
+# -- parser -------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
+    common.add_argument("--conf-file", metavar="FILE", help="settings in spark-defaults.conf format")
+    common.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+
+    parser = _Parser(prog="deltalog", description="Inspect and follow Delta tables on any storage.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    store = command("store", cmd_store, "Which LogStore serves a URI, and which setting chose it.")
+    store.add_argument("uri")
+    store.add_argument("--json", action="store_true")
+
+    snapshot = command("snapshot", cmd_snapshot, "Show a table's state at a version or time.")
+    snapshot.add_argument("uri")
+    when = snapshot.add_mutually_exclusive_group()
+    when.add_argument("--version", type=_non_negative, metavar="N")
+    when.add_argument("--timestamp", metavar="T", help="ISO-8601 time or milliseconds since the epoch")
+    snapshot.add_argument("--files", action="store_true", help="list the active files")
+    snapshot.add_argument("--json", action="store_true")
+
+    history = command("history", cmd_history, "List a table's commits, newest first.")
+    history.add_argument("uri")
+    history.add_argument("--limit", type=_positive, metavar="N")
+    history.add_argument("--json", action="store_true")
+
+    changes = command("changes", cmd_changes, "Print the change data feed between two versions.")
+    changes.add_argument("uri")
+    changes.add_argument("--from", dest="start", type=_non_negative, required=True, metavar="V")
+    changes.add_argument("--to", dest="end", type=_non_negative, metavar="V")
+    changes.add_argument("--limit", type=_positive, metavar="N")
+    changes.add_argument("--json", action="store_true", help="one JSON object per change row")
+    changes.add_argument("--follow", action="store_true", help="keep printing changes as commits land")
+    changes.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="poll interval")
+
+    checkpoint = command("checkpoint", cmd_checkpoint, "Write a checkpoint of the latest version.")
+    checkpoint.add_argument("uri")
+    checkpoint.add_argument("--json", action="store_true")
+
+    demo = command("demo", cmd_demo, "Build a small table and show every feature on it.")
+    demo.add_argument("directory", nargs="?", default="demo-table")
+    demo.add_argument("--no-spark", action="store_true", help="skip the PySpark part")
+    return parser
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``deltalog`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        args = build_parser().parse_args(argv)
+        conf = load_conf(args.conf_file, args.conf)
+        return args.handler(args, conf)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"deltalog: error: {_describe(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, FileNotFoundError) and exc.filename and exc.filename not in text:
+        text = f"{text}: {exc.filename}" if text else f"no such file or directory: {exc.filename}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def json_dumps(value: Any) -> str:
+    """Stable JSON for machine output."""
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

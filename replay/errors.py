@@ -1,0 +1,128 @@
+"""Typed errors of log replay, time travel, commits and the change data feed.
+
+Every error derives from :class:`DeltaError`; its message names the table and the versions
+involved, and the same facts are available as attributes for programmatic use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class DeltaError(Exception):
+    """Base of every replay error. ``table`` is the table (or log) URI the error is about."""
+
+    def __init__(self, message: str, *, table: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+class TableNotFoundError(DeltaError):
+    """No Delta table at the path: the ``_delta_log`` directory is missing or holds no commits."""
+
+
+class VersionNotFoundError(DeltaError):
+    """The requested version is before the earliest recoverable version or after the latest one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        version: int | None = None,
+        earliest: int | None = None,
+        latest: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table)
+        self.version = version
+        self.earliest = earliest
+        self.latest = latest
+
+
+class MissingVersionsError(DeltaError):
+    """The log has a gap: commits between a checkpoint (or version 0) and the target are missing.
+
+    ``versions`` are the versions found, ``missing`` the versions needed but absent (may be empty
+    when the problem is a duplicate or a wrong start).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        versions: Sequence[int] = (),
+        missing: Sequence[int] = (),
+    ) -> None:
+        super().__init__(message, table=table)
+        self.versions = list(versions)
+        self.missing = list(missing)
+
+
+class CorruptLogError(DeltaError):
+    """A log file cannot be parsed. ``path`` is the file, ``line`` the 1-based line (if known)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        path: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table)
+        self.path = path
+        self.line = line
+
+
+class MissingProtocolOrMetadataError(DeltaError):
+    """Replay finished without a protocol or without a metadata action (``missing`` says which)."""
+
+    def __init__(
+        self, message: str, *, table: str | None = None, version: int | None = None, missing: str = ""
+    ) -> None:
+        super().__init__(message, table=table)
+        self.version = version
+        self.missing = missing
+
+
+class UnsupportedTableFeatureError(DeltaError):
+    """The table needs a reader version or reader features this library does not implement."""
+
+    def __init__(self, message: str, *, table: str | None = None, features: Sequence[str] = ()) -> None:
+        super().__init__(message, table=table)
+        self.features = list(features)
+
+
+class ConcurrentModificationError(DeltaError):
+    """A commit lost the race to a logically conflicting commit at ``winning_version``."""
+
+    def __init__(self, message: str, *, table: str | None = None, winning_version: int | None = None) -> None:
+        super().__init__(message, table=table)
+        self.winning_version = winning_version
+
+
+class TimestampOutOfRangeError(DeltaError):
+    """No commit is active at the timestamp (before the earliest or after the latest commit)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        timestamp: int | None = None,
+        earliest: int | None = None,
+        latest: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table)
+        self.timestamp = timestamp
+        self.earliest = earliest
+        self.latest = latest
+
+
+class ChangeDataFeedNotEnabledError(DeltaError):
+    """The change data feed was requested for versions where ``delta.enableChangeDataFeed`` is off."""
+
+
+class DataLossError(DeltaError):
+    """Commits needed by a change or streaming read were deleted (log retention)."""
