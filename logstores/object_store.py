@@ -24,7 +24,7 @@ import logging
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -100,7 +100,9 @@ def check_endpoint_reachable(endpoint: str, service: str, settings: str) -> None
         socket.create_connection((parts.hostname or "", port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise LogStoreError(f"cannot reach the {service} endpoint {endpoint}: {reason} (set by {settings})") from None
+        raise LogStoreError(
+            f"cannot reach the {service} endpoint {endpoint}: {reason} (set by {settings})"
+        ) from None
 
 
 class ObjectStoreLogStore(FileSystemLogStore):
@@ -111,8 +113,8 @@ class ObjectStoreLogStore(FileSystemLogStore):
     endpoint_settings: ClassVar[str] = "the storage options"
     """The configuration keys that choose the endpoint, named in connection errors."""
 
-    def __init__(self, conf: object = None) -> None:
-        super().__init__(conf)  # type: ignore[arg-type]
+    def __init__(self, conf: Mapping[str, str] | None = None) -> None:
+        super().__init__(conf)
         self._probed: set[str] = set()
         self._probe_lock = threading.Lock()
 

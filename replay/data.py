@@ -30,8 +30,9 @@ from fsspec.implementations.local import LocalFileSystem
 from logstores import open_filesystem
 from replay.actions import AddCDCFile, AddFile, Metadata, Protocol, RemoveFile, resolve_path
 from replay.deletion_vectors import read_deletion_vector
-from replay.errors import DeltaError, UnsupportedTableFeatureError
+from replay.errors import DeltaError
 from replay.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
+from replay.snapshot import check_protocol_readable
 
 logger = logging.getLogger(__name__)
 
@@ -41,21 +42,6 @@ R = TypeVar("R")
 
 DEFAULT_READ_CONCURRENCY = 8
 """Files read at once by :func:`read_files` (threads)."""
-
-SUPPORTED_READER_FEATURES = frozenset(
-    {
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "typeWidening",
-        "typeWidening-preview",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-    }
-)
-"""Reader table features whose data can be read correctly by this module."""
-
-CHANGE_TYPE_COLUMN = "_change_type"
 
 
 class DataFileNotFoundError(DeltaError, FileNotFoundError):
@@ -103,17 +89,11 @@ class TableReader:
     ) -> TableReader:
         """A reader for the table described by ``metadata``.
 
-        Raises :class:`UnsupportedTableFeatureError` if ``protocol`` needs a reader feature whose
-        data this module cannot read.
+        Raises :class:`replay.errors.UnsupportedTableFeatureError` if ``protocol`` needs a reader
+        version or feature this library cannot read.
         """
         if protocol is not None:
-            unsupported = sorted(set(protocol.reader_features or ()) - SUPPORTED_READER_FEATURES)
-            if unsupported:
-                raise UnsupportedTableFeatureError(
-                    f"Unable to read table {table_path}: unsupported reader features {unsupported}",
-                    table=table_path,
-                    features=unsupported,
-                )
+            check_protocol_readable(protocol, table_path)
         return cls(
             table_path=table_path.rstrip("/"),
             schema=metadata.schema,
@@ -153,7 +133,7 @@ class TableReader:
         file: FileAction,
         columns: Sequence[str] | None = None,
         *,
-        row_filter: RowFilter | None | bool = True,
+        row_filter: RowFilter | bool | None = True,
         extra_columns: Sequence[pa.Field] = (),
         ignore_missing: bool = False,
     ) -> pa.Table:
@@ -168,6 +148,8 @@ class TableReader:
         fields = self.read_fields(columns)
         if row_filter is True:
             row_filter = self.deletion_filter(file)
+        elif row_filter is False:
+            row_filter = None
         uri = self.file_uri(file)
         data_fields = [f for f in fields if f.name not in self.partition_columns]
         try:
@@ -234,7 +216,9 @@ class TableReader:
     ) -> pa.Table:
         """All rows of ``files`` (deletion vectors applied), concatenated in the given order."""
         tables = map_concurrently(
-            lambda file: self.read_file(file, columns, ignore_missing=ignore_missing), list(files), max_workers
+            lambda file: self.read_file(file, columns, ignore_missing=ignore_missing),
+            list(files),
+            max_workers,
         )
         if not tables:
             return self._empty(self.read_fields(columns), ())
@@ -332,7 +316,9 @@ def _conform_array(array: pa.Array, data_type: DataType, mode: str) -> pa.Array:
             else:
                 children.append(_conform_array(array.field(index), struct_field.type, mode))
         return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
-    if isinstance(data_type, ArrayType) and (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)):
+    if isinstance(data_type, ArrayType) and (
+        pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    ):
         values = _conform_array(array.values, data_type.element_type, mode)
         offsets = array.offsets.cast(pa.int32())
         return pa.ListArray.from_arrays(offsets, values, type=target, mask=mask)

@@ -212,7 +212,9 @@ def _deserialize_roaring32(view: memoryview, position: int) -> tuple[np.ndarray,
             position += 4 * runs
             lengths = pairs[:, 1] + 1
             offsets = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(lengths)[:-1]))
-            low = (np.repeat(pairs[:, 0] - offsets, lengths) + np.arange(int(lengths.sum()))).astype(np.uint32)
+            low = (np.repeat(pairs[:, 0] - offsets, lengths) + np.arange(int(lengths.sum()))).astype(
+                np.uint32
+            )
         elif cardinality <= _ARRAY_CONTAINER_MAX:
             low = np.frombuffer(view, "<u2", cardinality, position).astype(np.uint32)
             position += 2 * cardinality
@@ -259,7 +261,12 @@ def _serialize_roaring32(values: np.ndarray) -> bytes:
     for index, body in enumerate(bodies):
         offsets[index] = offset
         offset += len(body)
-    return struct.pack("<II", _SERIAL_COOKIE_NO_RUN, size) + header.tobytes() + offsets.tobytes() + b"".join(bodies)
+    return (
+        struct.pack("<II", _SERIAL_COOKIE_NO_RUN, size)
+        + header.tobytes()
+        + offsets.tobytes()
+        + b"".join(bodies)
+    )
 
 
 def frame_for_file(bitmap: bytes) -> bytes:

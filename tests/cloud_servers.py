@@ -216,7 +216,9 @@ def moto_server() -> Iterator[MotoServer]:
         pytest.fail("moto_server is not on PATH: pip install 'moto[server]'")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    server = ServerProcess("moto_server", [executable, "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/")
+    server = ServerProcess(
+        "moto_server", [executable, "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/"
+    )
     try:
         yield MotoServer(endpoint)
     finally:
@@ -343,15 +345,19 @@ def _proxy_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _reply(self, status: int, headers: dict[str, str], data: bytes) -> None:
             self.send_response(status)
+            length = str(len(data))
             for key, value in headers.items():
-                if key.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                lowered = key.lower()
+                if lowered == "content-length" and self.command == "HEAD":
+                    length = value  # a HEAD answer describes the object it did not send
+                elif lowered not in ("transfer-encoding", "connection", "content-length", "date", "server"):
                     self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", length)
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
 
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle  # noqa: N815 (http.server names)
 
     return Handler
 

@@ -54,6 +54,7 @@ def test_lines_are_trimmed_like_java(sut: StoreUnderTest) -> None:
 
 def test_put_if_absent_refuses_an_existing_file(sut: StoreUnderTest) -> None:
     log = sut.log_dir()
+    sut.store.write(f"{log}/00000000000000000000.json", ["zero"])  # S3DynamoDBLogStore needs N-1
     target = f"{log}/00000000000000000001.json"
     sut.store.write(target, ["one"])
     with pytest.raises(FileExistsError, match=r"00000000000000000001\.json"):
@@ -95,7 +96,7 @@ def test_list_from_returns_names_at_or_after_the_start_sorted(sut: StoreUnderTes
 
 def test_list_from_a_prefix_that_is_not_a_file(sut: StoreUnderTest) -> None:
     log = sut.log_dir()
-    for version in range(4, 8):
+    for version in range(8):  # from 0: S3DynamoDBLogStore needs N-1
         sut.store.write(f"{log}/{version:020d}.json", ["x"])
     sut.store.write(f"{log}/{5:020d}.checkpoint.parquet", ["x"])
     listed = names(sut.store.list_from(f"{log}/{5:020d}."))
@@ -196,6 +197,8 @@ def test_resolve_path_on_physical_storage_is_fully_qualified(sut: StoreUnderTest
 
 def test_concurrent_writers_exactly_one_wins(sut: StoreUnderTest) -> None:
     log = sut.log_dir()
+    for version in range(7):  # S3DynamoDBLogStore needs N-1
+        sut.store.write(f"{log}/{version:020d}.json", ["x"])
     target = f"{log}/{7:020d}.json"
     barrier = threading.Barrier(8)
     outcomes: dict[int, str] = {}

@@ -1,0 +1,189 @@
+"""LogStore for Azure Blob Storage and ADLS Gen2 (``abfs``, ``abfss``, ``wasb``, ``wasbs``) over adlfs.
+
+Put-if-absent is a blob upload with ``If-None-Match: *``: the service refuses it when the blob
+exists, so of concurrent writers exactly one succeeds, on any number of machines. Block blob
+uploads are committed whole, so partial writes are never visible. Listing reads the parent
+prefix (Azure has no start-after parameter). The account comes from the configuration
+(``fs.azure.account.key.<account>...`` or a connection string); ``container@account.host``
+URIs keep their authority in every path this store returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any, NoReturn
+from urllib.parse import urlsplit
+
+import fsspec.asyn
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from fsspec import AbstractFileSystem
+
+from logstores.base import LineIterator
+from logstores.errors import LogStoreError
+from logstores.filesystem import Location
+from logstores.object_store import (
+    AmbiguousWriteError,
+    ObjectStoreLogStore,
+    StoredObject,
+    put_if_absent_verified,
+)
+
+AZURE_COMMIT_TOKEN_KEY = "delta_commit_token"
+"""Blob metadata names must be C# identifiers, hence underscores."""
+
+
+@dataclass(frozen=True, slots=True)
+class AzureLocation(Location):
+    """A location whose URIs keep the ``@account.host`` part of the authority."""
+
+    authority_suffix: str = ""
+
+    def qualify(self, fs_path: str) -> str:
+        container, _, key = fs_path.lstrip("/").partition("/")
+        return f"{self.scheme}://{container}{self.authority_suffix}/{key}"
+
+
+class AzureLogStore(ObjectStoreLogStore):
+    """Multi-writer safe Azure store: put-if-absent is an ``If-None-Match: *`` upload.
+
+    The conditional upload is sent once per attempt (no SDK retries); ambiguous outcomes are
+    resolved as described in :mod:`logstores.object_store`.
+    """
+
+    service = "Azure Blob Storage"
+    endpoint_settings = "the connection string or account settings (spark.delta.logStore.<scheme>.options.*)"
+
+    def filesystem_options(self, scheme: str) -> dict[str, Any]:
+        options = super().filesystem_options(scheme)
+        options.setdefault("use_listings_cache", False)
+        return options
+
+    def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
+        url = str(getattr(getattr(fs, "service_client", None), "url", "") or "").rstrip("/")
+        return url if url and not urlsplit(url).netloc.endswith(".core.windows.net") else None
+
+    def locate(self, path: str) -> Location:
+        location = super().locate(path)
+        netloc = urlsplit(path).netloc if "://" in path else ""
+        if "@" not in netloc:
+            return location
+        return AzureLocation(location.fs, location.path, location.scheme, netloc[netloc.index("@") :])
+
+    # -- errors ------------------------------------------------------------------------------
+    def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
+        uri = location.qualify(location.path)
+        container = location.path.split("/", 1)[0]
+        code = str(getattr(exc, "error_code", "") or "")
+        if isinstance(exc, ServiceRequestError):
+            endpoint = self.custom_endpoint(location.fs) or "the Azure endpoint"
+            raise LogStoreError(f"cannot reach {endpoint} for {uri}: {exc}") from exc
+        if code == "ContainerNotFound" or "ContainerNotFound" in str(exc):
+            raise FileNotFoundError(f"Azure container '{container}' does not exist ({uri})") from exc
+        if (
+            isinstance(exc, ClientAuthenticationError | PermissionError)
+            or getattr(exc, "status_code", 0) == 403
+        ):
+            raise PermissionError(
+                f"access to {uri} was denied ({code or type(exc).__name__}); check the account key, SAS "
+                "token or connection string"
+            ) from exc
+        if isinstance(exc, ResourceNotFoundError):
+            raise FileNotFoundError(uri) from exc
+        raise exc
+
+    @contextlib.contextmanager
+    def _translated(self, location: Location) -> Iterator[None]:
+        try:
+            yield
+        except (HttpResponseError, ServiceRequestError, OSError) as exc:
+            if isinstance(exc, LogStoreError | FileExistsError) or (
+                isinstance(exc, FileNotFoundError) and "ContainerNotFound" not in str(exc.__cause__ or "")
+            ):
+                raise
+            self._raise_translated(exc, location)
+
+    def _blob_call(self, location: Location, action: Any) -> Any:
+        """Run ``await action(blob_client)`` on the filesystem's event loop."""
+        fs = location.fs
+        container, blob, _ = fs.split_path(location.path)
+
+        async def call() -> Any:
+            async with fs.service_client.get_blob_client(container=container, blob=blob) as client:
+                return await action(client)
+
+        return fsspec.asyn.sync(fs.loop, call)
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_as_iterator(self, path: str) -> LineIterator:
+        location = self.locate(path)
+
+        def opener() -> IO[bytes]:
+            with self._translated(location):
+                return location.fs.open(location.path, "rb")
+
+        return LineIterator(opener)
+
+    def read_bytes(self, path: str) -> bytes:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.cat_file(location.path)
+
+    def open_input(self, path: str) -> IO[bytes]:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.open(location.path, "rb")
+
+    def _read_back(self, location: Location) -> StoredObject | None:
+        async def download(client: Any) -> StoredObject:
+            downloader = await client.download_blob()
+            metadata = downloader.properties.metadata or {}
+            return StoredObject(metadata.get(AZURE_COMMIT_TOKEN_KEY), await downloader.readall())
+
+        try:
+            return self._blob_call(location, download)
+        except ResourceNotFoundError:
+            return None
+
+    # -- listing -----------------------------------------------------------------------------
+    def _list_dir(self, location: Location) -> list[dict[str, Any]]:
+        location.fs.invalidate_cache(location.parent)
+        with self._translated(location):
+            return super()._list_dir(location)
+
+    # -- writing -----------------------------------------------------------------------------
+    def _put_if_absent(self, location: Location, data: bytes) -> None:
+        target = location.qualify(location.path)
+
+        def put_once(token: str) -> None:
+            async def upload(client: Any) -> None:
+                metadata = {"is_directory": "false", AZURE_COMMIT_TOKEN_KEY: token}
+                await client.upload_blob(data, overwrite=False, metadata=metadata, retry_total=0)
+
+            try:
+                self._blob_call(location, upload)
+            except (ResourceExistsError, ResourceModifiedError):
+                raise FileExistsError(target) from None
+            except ServiceResponseError as exc:
+                raise AmbiguousWriteError(f"{type(exc).__name__}: {exc}") from exc
+            except HttpResponseError as exc:
+                if (exc.status_code or 0) >= 500:
+                    raise AmbiguousWriteError(f"HTTP {exc.status_code} from Azure: {exc.reason}") from exc
+                raise
+
+        with self._translated(location):
+            put_if_absent_verified(target, data, put_once, lambda: self._read_back(location))
+        location.fs.invalidate_cache(location.parent)
+
+    def _overwrite(self, location: Location, data: bytes) -> None:
+        with self._translated(location):
+            location.fs.pipe_file(location.path, data, overwrite=True)

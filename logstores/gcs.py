@@ -1,0 +1,198 @@
+"""LogStore for Google Cloud Storage (``gs``) over gcsfs.
+
+Put-if-absent is an upload with ``ifGenerationMatch=0``: GCS refuses it with 412 when the object
+exists, so of concurrent writers exactly one succeeds, on any number of machines. Uploads are
+all-or-nothing, so partial writes are never visible. Listing from a name uses the JSON API's
+``startOffset``, reading only the keys at or after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import IO, Any, NoReturn
+
+from fsspec import AbstractFileSystem
+
+from logstores.base import LineIterator
+from logstores.errors import LogStoreError
+from logstores.filesystem import Location
+from logstores.object_store import (
+    COMMIT_TOKEN_KEY,
+    AmbiguousWriteError,
+    ObjectStoreLogStore,
+    StoredObject,
+    put_if_absent_verified,
+)
+
+# gcsfs otherwise probes every bucket over gRPC for its type (a minute against emulators).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+import aiohttp
+import requests
+from gcsfs.retry import HttpError
+
+LIST_PAGE_SIZE = 1000
+_DEFAULT_ENDPOINT_SUFFIX = ".googleapis.com"
+_AMBIGUOUS = (
+    asyncio.TimeoutError,
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientPayloadError,
+    requests.exceptions.ProxyError,  # gcsfs's translation of a 502
+)
+
+
+class GCSLogStore(ObjectStoreLogStore):
+    """Multi-writer safe GCS store: put-if-absent is an ``ifGenerationMatch=0`` upload.
+
+    A 412 means :class:`FileExistsError` for ``overwrite=False``; overwrites are unconditional.
+    Ambiguous outcomes are resolved as described in :mod:`logstores.object_store`.
+    """
+
+    service = "GCS"
+    endpoint_settings = (
+        "fs.gs.storage.root.url, STORAGE_EMULATOR_HOST or spark.delta.logStore.gs.options.endpoint_url"
+    )
+    list_page_size: int = LIST_PAGE_SIZE
+
+    def filesystem_options(self, scheme: str) -> dict[str, Any]:
+        options = super().filesystem_options(scheme)
+        options.setdefault("use_listings_cache", False)
+        return options
+
+    def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
+        location = str(getattr(fs, "_location", ""))
+        return location if location and not location.rstrip("/").endswith(_DEFAULT_ENDPOINT_SUFFIX) else None
+
+    # -- errors ------------------------------------------------------------------------------
+    def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
+        uri = location.qualify(location.path)
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            endpoint = self.custom_endpoint(location.fs) or "the GCS endpoint"
+            raise LogStoreError(f"cannot reach {endpoint} for {uri}: {exc}") from exc
+        message = str(exc)
+        if (
+            isinstance(exc, PermissionError)
+            or message.startswith("Forbidden")
+            or getattr(exc, "code", 0)
+            in (
+                401,
+                403,
+            )
+        ):
+            reason = message.splitlines()[-1] if message else type(exc).__name__
+            raise PermissionError(
+                f"access to {uri} was denied ({reason}); "
+                "check fs.gs.auth.service.account.json.keyfile or the storage option token"
+            ) from exc
+        raise exc
+
+    @contextlib.contextmanager
+    def _translated(self, location: Location) -> Iterator[None]:
+        try:
+            yield
+        except (OSError, HttpError, aiohttp.ClientError, ValueError) as exc:
+            if isinstance(exc, LogStoreError | FileExistsError | FileNotFoundError):
+                raise
+            self._raise_translated(exc, location)
+
+    def _missing_bucket(self, location: Location) -> FileNotFoundError | None:
+        bucket = location.path.split("/", 1)[0]
+        with contextlib.suppress(OSError, HttpError, ValueError):
+            if location.fs.exists(bucket):
+                return None
+        return FileNotFoundError(f"GCS bucket '{bucket}' does not exist ({location.qualify(location.path)})")
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_as_iterator(self, path: str) -> LineIterator:
+        location = self.locate(path)
+
+        def opener() -> IO[bytes]:
+            with self._translated(location):
+                return location.fs.open(location.path, "rb")
+
+        return LineIterator(opener)
+
+    def read_bytes(self, path: str) -> bytes:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.cat_file(location.path)
+
+    def open_input(self, path: str) -> IO[bytes]:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.open(location.path, "rb")
+
+    def _read_back(self, location: Location) -> StoredObject | None:
+        try:
+            info = location.fs.info(location.path)
+            data = location.fs.cat_file(location.path)
+        except FileNotFoundError:
+            return None
+        return StoredObject((info.get("metadata") or {}).get(COMMIT_TOKEN_KEY), data)
+
+    # -- listing -----------------------------------------------------------------------------
+    def _list_dir(self, location: Location) -> list[dict[str, Any]]:
+        """Objects and sub-prefixes of the parent prefix from ``startOffset = <prefix><name>``."""
+        fs = location.fs
+        bucket, _, key = location.path.partition("/")
+        prefix = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+        params: dict[str, Any] = {"prefix": prefix, "delimiter": "/", "maxResults": self.list_page_size}
+        if location.name:
+            params["startOffset"] = prefix + location.name
+        entries: list[dict[str, Any]] = []
+        with self._bucket_checked(location):
+            while True:
+                page = fs.call("GET", "b/{}/o", bucket, json_out=True, **params)
+                for item in page.get("items", []):
+                    if item["name"] != prefix:
+                        entries.append(fs._process_object(bucket, item))
+                for common in page.get("prefixes", []):
+                    entries.append({"name": f"{bucket}/{common.rstrip('/')}", "size": 0, "type": "directory"})
+                token = page.get("nextPageToken")
+                if not token:
+                    break
+                params["pageToken"] = token
+            if not entries and prefix:
+                probe = fs.call("GET", "b/{}/o", bucket, json_out=True, prefix=prefix, maxResults=1)
+                if not probe.get("items") and not probe.get("prefixes"):
+                    raise FileNotFoundError(f"No such file or directory: {location.qualify(location.parent)}")
+        return entries
+
+    # -- writing -----------------------------------------------------------------------------
+    def _put_if_absent(self, location: Location, data: bytes) -> None:
+        target = location.qualify(location.path)
+
+        def put_once(token: str) -> None:
+            try:
+                location.fs.pipe_file(location.path, data, mode="create", metadata={COMMIT_TOKEN_KEY: token})
+            except FileExistsError:
+                raise FileExistsError(target) from None
+            except HttpError as exc:
+                if (exc.code or 0) >= 500:
+                    raise AmbiguousWriteError(f"HTTP {exc.code} from GCS: {exc}") from exc
+                raise
+            except _AMBIGUOUS as exc:
+                raise AmbiguousWriteError(f"{type(exc).__name__}: {exc}") from exc
+
+        with self._bucket_checked(location):
+            put_if_absent_verified(target, data, put_once, lambda: self._read_back(location))
+
+    def _overwrite(self, location: Location, data: bytes) -> None:
+        with self._bucket_checked(location):
+            location.fs.pipe_file(location.path, data)
+
+    @contextlib.contextmanager
+    def _bucket_checked(self, location: Location) -> Iterator[None]:
+        """Errors translated, and a 404 from a missing bucket reported as such."""
+        try:
+            with self._translated(location):
+                yield
+        except FileNotFoundError as exc:
+            if "No such file or directory" in str(exc):
+                raise
+            raise self._missing_bucket(location) or FileNotFoundError(
+                location.qualify(location.path)
+            ) from None

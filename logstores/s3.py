@@ -1,0 +1,334 @@
+"""LogStores for Amazon S3 and S3-compatible services (``s3``, ``s3a``, ``s3n``) over s3fs.
+
+* :class:`S3LogStore` (the default): multi-writer safe through S3 conditional writes
+  (``PutObject`` with ``If-None-Match: *``). The first put-if-absent into a bucket checks once
+  that the service really refuses a second conditional put of the same key; a service that
+  ignores or rejects the header raises :class:`~logstores.errors.ConditionalWriteUnsupportedError`.
+* :class:`S3SingleDriverLogStore`: Delta's store for services without conditional writes:
+  a per-path lock in this process, an existence check, then the write. Safe for one process only.
+
+Both list with ``ListObjectsV2`` starting *after* the requested name (``StartAfter``), so
+listing from version N reads one page per 1,000 keys at or after N, not the whole log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import IO, Any, NoReturn
+
+import fsspec.asyn
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+from fsspec import AbstractFileSystem
+
+from logstores.base import LineIterator
+from logstores.errors import ConditionalWriteUnsupportedError, LogStoreError
+from logstores.filesystem import Location, path_lock
+from logstores.object_store import (
+    COMMIT_TOKEN_KEY,
+    AmbiguousWriteError,
+    ObjectStoreLogStore,
+    StoredObject,
+    put_if_absent_verified,
+)
+
+logger = logging.getLogger(__name__)
+
+VERIFY_CONDITIONAL_WRITES_KEY = "spark.delta.logStore.s3.verifyConditionalWrites"
+"""``false`` skips the one-time check that a bucket enforces ``If-None-Match`` (3 requests)."""
+
+LIST_PAGE_SIZE = 1000
+_UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError)
+_AMBIGUOUS = (ReadTimeoutError, ConnectionClosedError, TimeoutError)
+_DENIED_CODES = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidToken",
+    "ExpiredToken",
+}
+
+
+def key_before(name: str) -> str | None:
+    """The greatest key sorting strictly before every key ``>= name`` (Delta's ``keyBefore``).
+
+    Works on the UTF-8 bytes: a trailing NUL byte is dropped, otherwise the last byte is
+    decremented; ``None`` for the empty string.
+    """
+    data = name.encode("utf-8")
+    if not data:
+        return None
+    data = data[:-1] if data[-1] == 0 else data[:-1] + bytes([data[-1] - 1])
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _error_code(exc: BaseException) -> tuple[str, int]:
+    """(code, HTTP status) of a botocore ClientError, also when wrapped by s3fs."""
+    for candidate in (exc, exc.__cause__):
+        if isinstance(candidate, ClientError):
+            error = candidate.response.get("Error", {})
+            status = candidate.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            return str(error.get("Code", "")), int(status or 0)
+    return "", 0
+
+
+class S3BaseLogStore(ObjectStoreLogStore):
+    """Reading, listing, overwriting and error reporting shared by the S3 stores."""
+
+    service = "S3"
+    endpoint_settings = "fs.s3a.endpoint or spark.delta.logStore.<scheme>.options.endpoint_url"
+    list_page_size: int = LIST_PAGE_SIZE
+
+    def filesystem_options(self, scheme: str) -> dict[str, Any]:
+        """The mapped options, plus: no listing cache, bounded connect timeout and retries."""
+        options = super().filesystem_options(scheme)
+        options.setdefault("use_listings_cache", False)
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", 10)
+        config.setdefault("retries", {"total_max_attempts": 3, "mode": "standard"})
+        options["config_kwargs"] = config
+        return options
+
+    def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
+        return getattr(fs, "endpoint_url", None) or fs.client_kwargs.get("endpoint_url")
+
+    # -- errors ------------------------------------------------------------------------------
+    def _endpoint_name(self, fs: AbstractFileSystem) -> str:
+        return self.custom_endpoint(fs) or "the AWS S3 endpoint"
+
+    def _raise_translated(
+        self, exc: BaseException, location: Location, target: str | None = None
+    ) -> NoReturn:
+        """Re-raise ``exc`` as a clear error naming the path, bucket or endpoint."""
+        uri = target or location.qualify(location.path)
+        bucket = location.path.split("/", 1)[0]
+        code, status = _error_code(exc)
+        if isinstance(exc, _UNREACHABLE):
+            raise LogStoreError(
+                f"cannot reach the S3 endpoint {self._endpoint_name(location.fs)} for {uri}: {exc}"
+            ) from exc
+        if code == "NoSuchBucket":
+            raise FileNotFoundError(f"S3 bucket '{bucket}' does not exist ({uri})") from exc
+        if code in _DENIED_CODES or status == 403 or isinstance(exc, PermissionError):
+            raise PermissionError(
+                f"access to {uri} was denied by {self._endpoint_name(location.fs)} ({code or exc}); "
+                "check fs.s3a.access.key, fs.s3a.secret.key and fs.s3a.session.token"
+            ) from exc
+        if code in ("NoSuchKey", "404") or isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(uri) from exc
+        raise exc
+
+    @contextlib.contextmanager
+    def _translated(self, location: Location) -> Iterator[None]:
+        try:
+            yield
+        except (ClientError, OSError, *_UNREACHABLE) as exc:
+            if isinstance(exc, LogStoreError | FileExistsError) or (
+                isinstance(exc, FileNotFoundError) and not _error_code(exc)[0]
+            ):
+                raise
+            self._raise_translated(exc, location)
+
+    def _call(self, location: Location, method: str, **kwargs: Any) -> Any:
+        """One S3 API call through botocore's own retries only (no s3fs retry layer)."""
+        fs = location.fs
+
+        async def call() -> Any:
+            await fs.set_session()
+            client = await fs.get_s3(kwargs.get("Bucket"))
+            bound = getattr(client, method)
+            return await bound(**fs._get_s3_method_kwargs(bound, **kwargs))
+
+        return fsspec.asyn.sync(fs.loop, call)
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_as_iterator(self, path: str) -> LineIterator:
+        location = self.locate(path)
+
+        def opener() -> IO[bytes]:
+            with self._translated(location):
+                return location.fs.open(location.path, "rb")
+
+        return LineIterator(opener)
+
+    def read_bytes(self, path: str) -> bytes:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.cat_file(location.path)
+
+    def open_input(self, path: str) -> IO[bytes]:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.open(location.path, "rb")
+
+    def _read_back(self, location: Location) -> StoredObject | None:
+        bucket, key, _ = location.fs.split_path(location.path)
+        try:
+            response = self._call(location, "get_object", Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if _error_code(exc)[0] in ("NoSuchKey", "404"):
+                return None
+            self._raise_translated(exc, location)
+
+        async def body() -> bytes:
+            async with response["Body"] as stream:
+                return await stream.read()
+
+        data = fsspec.asyn.sync(location.fs.loop, body)
+        return StoredObject(response.get("Metadata", {}).get(COMMIT_TOKEN_KEY), data)
+
+    # -- listing -----------------------------------------------------------------------------
+    def _list_dir(self, location: Location) -> list[dict[str, Any]]:
+        """ListObjectsV2 of the parent prefix starting after the key before ``location``'s name."""
+        fs = location.fs
+        bucket, key, _ = fs.split_path(location.path)
+        prefix = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+        request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        request["MaxKeys"] = self.list_page_size
+        before = key_before(location.name)
+        if before is not None:
+            request["StartAfter"] = prefix + before
+        entries: list[dict[str, Any]] = []
+        with self._translated(location):
+            while True:
+                page = fs.call_s3("list_objects_v2", **request)
+                for item in page.get("Contents", []):
+                    if item["Key"] != prefix:  # a directory marker object
+                        entries.append(
+                            {
+                                "name": f"{bucket}/{item['Key']}",
+                                "size": item["Size"],
+                                "type": "file",
+                                "LastModified": item["LastModified"],
+                            }
+                        )
+                for common in page.get("CommonPrefixes", []):
+                    entries.append(
+                        {"name": f"{bucket}/{common['Prefix'].rstrip('/')}", "size": 0, "type": "directory"}
+                    )
+                if not page.get("IsTruncated"):
+                    break
+                request["ContinuationToken"] = page["NextContinuationToken"]
+            if not entries and prefix and not self._prefix_exists(fs, bucket, prefix):
+                raise FileNotFoundError(f"No such file or directory: {location.qualify(location.parent)}")
+        return entries
+
+    def _prefix_exists(self, fs: AbstractFileSystem, bucket: str, prefix: str) -> bool:
+        page = fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        return bool(page.get("KeyCount") or page.get("Contents"))
+
+    # -- writing -----------------------------------------------------------------------------
+    def _overwrite(self, location: Location, data: bytes) -> None:
+        bucket, key, _ = location.fs.split_path(location.path)
+        with self._translated(location):
+            self._call(location, "put_object", Bucket=bucket, Key=key, Body=data)
+
+    def _plain_put_if_absent(self, location: Location, data: bytes) -> None:
+        """Existence check then write, under a per-path lock (one process only)."""
+        target = location.qualify(location.path)
+        with path_lock(target), self._translated(location):
+            if location.fs.exists(location.path):
+                raise FileExistsError(target)
+            self._overwrite(location, data)
+
+
+class S3LogStore(S3BaseLogStore):
+    """Multi-writer safe S3 store: put-if-absent is a conditional ``PutObject`` (``If-None-Match: *``).
+
+    Of concurrent writers of one key, on any number of machines, exactly one succeeds; the
+    others get :class:`FileExistsError`. Objects appear whole, so partial writes are never
+    visible. Ambiguous outcomes are resolved as described in :mod:`logstores.object_store`.
+    Raises :class:`~logstores.errors.ConditionalWriteUnsupportedError` when the service does not
+    enforce conditional writes (use :class:`S3SingleDriverLogStore` or the DynamoDB store there).
+    """
+
+    def __init__(self, conf: Mapping[str, str] | None = None) -> None:
+        super().__init__(conf)
+        self._verified_buckets: set[str] = set()
+        self._verify_lock = threading.Lock()
+
+    def _put_if_absent(self, location: Location, data: bytes) -> None:
+        bucket, key, _ = location.fs.split_path(location.path)
+        self._verify_conditional_writes(location, bucket)
+        target = location.qualify(location.path)
+
+        def put_once(token: str) -> None:
+            self._conditional_put(location, bucket, key, data, {COMMIT_TOKEN_KEY: token})
+
+        with self._translated(location):
+            put_if_absent_verified(target, data, put_once, lambda: self._read_back(location))
+
+    def _conditional_put(
+        self, location: Location, bucket: str, key: str, data: bytes, metadata: dict[str, str]
+    ) -> None:
+        try:
+            self._call(
+                location, "put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*", Metadata=metadata
+            )
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            target = location.qualify(location.path)
+            if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise FileExistsError(target) from None
+            if status == 501 or code == "NotImplemented" or "if-none-match" in str(exc).lower():
+                raise self._unsupported(location, f"the service answered {code or status}") from exc
+            if status >= 500:
+                raise AmbiguousWriteError(
+                    f"{code or status} from {self._endpoint_name(location.fs)}"
+                ) from exc
+            self._raise_translated(exc, location)
+        except _AMBIGUOUS as exc:
+            raise AmbiguousWriteError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _unsupported(self, location: Location, reason: str) -> ConditionalWriteUnsupportedError:
+        return ConditionalWriteUnsupportedError(
+            f"{self._endpoint_name(location.fs)} does not enforce S3 conditional writes "
+            f"(If-None-Match) for {location.qualify(location.path)}: {reason}. Use "
+            "S3SingleDriverLogStore (one writing process) or S3DynamoDBLogStore (many writers) "
+            "through spark.delta.logStore.<scheme>.impl"
+        )
+
+    def _verify_conditional_writes(self, location: Location, bucket: str) -> None:
+        """Once per bucket: a second conditional put of a probe key must be refused."""
+        if bucket in self._verified_buckets:
+            return
+        if str(self.conf.get(VERIFY_CONDITIONAL_WRITES_KEY, "true")).strip().lower() == "false":
+            return
+        with self._verify_lock:
+            if bucket in self._verified_buckets:
+                return
+            _, key, _ = location.fs.split_path(location.path)
+            parent = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+            probe = f"{parent}.tmp/.conditional-write-check.{uuid.uuid4().hex}"
+            with self._translated(location):
+                try:
+                    self._conditional_put(location, bucket, probe, b"", {})
+                    try:
+                        self._conditional_put(location, bucket, probe, b"", {})
+                    except FileExistsError:
+                        self._verified_buckets.add(bucket)
+                        return
+                    raise self._unsupported(location, "a second conditional put of the same key succeeded")
+                finally:
+                    with contextlib.suppress(ClientError, OSError):
+                        self._call(location, "delete_object", Bucket=bucket, Key=probe)
+
+
+class S3SingleDriverLogStore(S3BaseLogStore):
+    """Delta's ``S3SingleDriverLogStore``: mutual exclusion only inside this process.
+
+    A process-wide lock per path, an existence check, then a whole-object write. Correct only
+    when a single process writes a given table; use :class:`S3LogStore` otherwise.
+    """
+
+    def _put_if_absent(self, location: Location, data: bytes) -> None:
+        self._plain_put_if_absent(location, data)

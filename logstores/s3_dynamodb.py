@@ -1,0 +1,410 @@
+"""Delta's multi-cluster S3 protocol: commits made mutually exclusive by a DynamoDB table.
+
+Compatible with Delta's ``io.delta.storage.S3DynamoDBLogStore``: same table layout, same entry
+life cycle, so Python and JVM writers can share one DynamoDB table and one Delta table.
+
+Table layout (created on first use when missing): hash key ``tablePath`` (S, the table root
+URI as written, e.g. ``s3a://bucket/table``), range key ``fileName`` (S, ``N.json``), and the
+attributes ``tempPath`` (S, ``.tmp/<fileName>.<uuid>`` relative to ``_delta_log``), ``complete``
+(S, ``"true"``/``"false"``) and ``expireTime`` (N, epoch seconds, set when complete; the
+table's TTL attribute).
+
+Writing ``N.json`` with ``overwrite=False``:
+
+0. fail with :class:`FileExistsError` if ``N.json`` exists;
+1. for a commit ``N > 0``: repair ``N-1`` if its entry is incomplete, else require ``N-1.json``;
+   for ``N == 0``: refuse if a complete entry for it exists but the file does not;
+2. write the temp file ``T(N)``, then put the entry ``E(N, T(N), complete=false)`` on condition
+   that it does not exist: **the linearisation point** (a loser gets :class:`FileExistsError`);
+3. copy ``T(N)`` to ``N.json``; 4. mark ``E`` complete with ``expireTime = now + ttl``.
+
+Errors in steps 3-4 are logged and swallowed: the commit is durable once step 2 succeeded, and
+any later writer (step 1) or :meth:`~S3DynamoDBLogStore.list_from` of the log repairs it by
+copying ``T(N)`` when ``N.json`` is missing and marking the entry complete. Unlike Delta on the
+JVM, temp files are deleted once their entry is complete (and by writers that lost step 2).
+
+Configuration, each key with the prefix ``spark.io.delta.storage.S3DynamoDBLogStore.`` or
+``io.delta.storage.S3DynamoDBLogStore.`` (both set to different values is an error):
+``ddb.tableName`` (``delta_log``), ``ddb.region`` (``us-east-1``), ``ddb.ttl`` (86400 seconds),
+``provisionedThroughput.rcu`` / ``.wcu`` (5 / 5, used when creating the table) and ``ddb.endpoint``
+(an extension of ours; otherwise boto3's ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL``).
+Credentials: boto3's standard chain (environment, profile, instance role); if the S3A keys
+``fs.s3a.access.key`` / ``fs.s3a.secret.key`` are set, the DynamoDB client uses them as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from logstores.base import FileStatus
+from logstores.conf import hadoop_conf
+from logstores.errors import LogStoreConfError, LogStoreError
+from logstores.filesystem import Location, path_lock
+from logstores.s3 import S3BaseLogStore
+
+logger = logging.getLogger(__name__)
+
+SPARK_CONF_PREFIX = "spark.io.delta.storage.S3DynamoDBLogStore."
+BASE_CONF_PREFIX = "io.delta.storage.S3DynamoDBLogStore."
+DDB_TABLE_NAME = "ddb.tableName"
+DDB_REGION = "ddb.region"
+DDB_ENDPOINT = "ddb.endpoint"
+DDB_TTL = "ddb.ttl"
+CREATE_TABLE_RCU = "provisionedThroughput.rcu"
+CREATE_TABLE_WCU = "provisionedThroughput.wcu"
+DEFAULT_TTL_SECONDS = 86_400
+TABLE_CREATION_POLLS = 20
+FIX_RETRIES = 3
+
+ATTR_TABLE_PATH = "tablePath"
+ATTR_FILE_NAME = "fileName"
+ATTR_TEMP_PATH = "tempPath"
+ATTR_COMPLETE = "complete"
+ATTR_EXPIRE_TIME = "expireTime"
+DELTA_LOG_DIR = "_delta_log"
+
+
+def get_param(conf: Mapping[str, str], name: str, default: str | None) -> str | None:
+    """A setting read under both prefixes, as Delta's ``getParam``.
+
+    Raises :class:`LogStoreConfError` with Delta's message when both are set differently.
+    """
+    spark_key, base_key = SPARK_CONF_PREFIX + name, BASE_CONF_PREFIX + name
+    spark_value, base_value = conf.get(spark_key), conf.get(base_key)
+    if spark_value is not None and base_value is not None and spark_value != base_value:
+        raise LogStoreConfError(
+            f"Configuration properties `{spark_key}={spark_value}` and `{base_key}={base_value}` "
+            "have different values. Please set only one."
+        )
+    if spark_value is not None:
+        return spark_value
+    return base_value if base_value is not None else default
+
+
+def _int_param(conf: Mapping[str, str], name: str, default: int) -> int:
+    value = get_param(conf, name, str(default))
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise LogStoreConfError(f"{SPARK_CONF_PREFIX}{name} must be an integer, got {value!r}") from None
+
+
+def is_delta_log_path(path: str) -> bool:
+    """Whether a segment of ``path`` is exactly ``_delta_log`` (Delta's ``isDeltaLogPath``)."""
+    return DELTA_LOG_DIR in path.split("/")
+
+
+def _delta_version(name: str) -> int | None:
+    stem, dot, extension = name.partition(".")
+    return int(stem) if dot and extension == "json" and len(stem) == 20 and stem.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalCommitEntry:
+    """One DynamoDB item: the state of the commit of ``file_name`` in the table ``table_path``."""
+
+    table_path: str
+    file_name: str
+    temp_path: str
+    complete: bool
+    expire_time: int | None = None
+
+    @property
+    def absolute_file_path(self) -> str:
+        return f"{self.table_path}/{DELTA_LOG_DIR}/{self.file_name}"
+
+    @property
+    def absolute_temp_path(self) -> str:
+        return f"{self.table_path}/{DELTA_LOG_DIR}/{self.temp_path}"
+
+    def as_complete(self, ttl_seconds: int) -> ExternalCommitEntry:
+        return replace(self, complete=True, expire_time=int(time.time()) + ttl_seconds)
+
+    def to_item(self) -> dict[str, dict[str, str]]:
+        item = {
+            ATTR_TABLE_PATH: {"S": self.table_path},
+            ATTR_FILE_NAME: {"S": self.file_name},
+            ATTR_TEMP_PATH: {"S": self.temp_path},
+            ATTR_COMPLETE: {"S": "true" if self.complete else "false"},
+        }
+        if self.expire_time is not None:
+            item[ATTR_EXPIRE_TIME] = {"N": str(self.expire_time)}
+        return item
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Mapping[str, str]]) -> ExternalCommitEntry:
+        expire = item.get(ATTR_EXPIRE_TIME)
+        return cls(
+            table_path=item[ATTR_TABLE_PATH]["S"],
+            file_name=item[ATTR_FILE_NAME]["S"],
+            temp_path=item[ATTR_TEMP_PATH]["S"],
+            complete=item[ATTR_COMPLETE]["S"].lower() == "true",
+            expire_time=int(expire["N"]) if expire else None,
+        )
+
+
+class S3DynamoDBLogStore(S3BaseLogStore):
+    """Multi-writer safe S3 store for services without conditional writes (Delta's protocol).
+
+    Mutual exclusion comes from a conditional DynamoDB ``PutItem``; see the module docstring for
+    the protocol, the table layout and the configuration keys. Raises
+    :class:`~logstores.errors.LogStoreConfError` for conflicting or invalid settings.
+    """
+
+    def __init__(self, conf: Mapping[str, str] | None = None) -> None:
+        super().__init__(conf)
+        settings = hadoop_conf(self.conf)
+        self.table_name = str(get_param(settings, DDB_TABLE_NAME, "delta_log"))
+        self.region = str(get_param(settings, DDB_REGION, "us-east-1"))
+        self.endpoint = get_param(settings, DDB_ENDPOINT, None)
+        self.ttl_seconds = _int_param(settings, DDB_TTL, DEFAULT_TTL_SECONDS)
+        if self.ttl_seconds < 0:
+            raise LogStoreConfError(f"Can't use negative `{DDB_TTL}` value of {self.ttl_seconds}")
+        self._rcu = _int_param(settings, CREATE_TABLE_RCU, 5)
+        self._wcu = _int_param(settings, CREATE_TABLE_WCU, 5)
+        self._credentials = {
+            "aws_access_key_id": settings.get("fs.s3a.access.key"),
+            "aws_secret_access_key": settings.get("fs.s3a.secret.key"),
+            "aws_session_token": settings.get("fs.s3a.session.token"),
+        }
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+
+    # -- DynamoDB ----------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """The boto3 DynamoDB client; the table is created on first use if missing."""
+        with self._client_lock:
+            if self._client is None:
+                import boto3
+
+                credentials = self._credentials if self._credentials["aws_access_key_id"] else {}
+                client = boto3.session.Session().client(
+                    "dynamodb", region_name=self.region, endpoint_url=self.endpoint, **credentials
+                )
+                self._ensure_table(client)
+                self._client = client
+            return self._client
+
+    def _ensure_table(self, client: Any) -> None:
+        """Create the table if missing and wait (up to 20 s) until it is ACTIVE."""
+        created = False
+        for _ in range(TABLE_CREATION_POLLS):
+            try:
+                status = client.describe_table(TableName=self.table_name)["Table"]["TableStatus"]
+            except client.exceptions.ResourceNotFoundException:
+                status = "CREATING"
+                logger.info(
+                    "DynamoDB table `%s` in region `%s` does not exist; creating it with %d RCUs and %d WCUs",
+                    self.table_name,
+                    self.region,
+                    self._rcu,
+                    self._wcu,
+                )
+                try:
+                    client.create_table(
+                        TableName=self.table_name,
+                        AttributeDefinitions=[
+                            {"AttributeName": ATTR_TABLE_PATH, "AttributeType": "S"},
+                            {"AttributeName": ATTR_FILE_NAME, "AttributeType": "S"},
+                        ],
+                        KeySchema=[
+                            {"AttributeName": ATTR_TABLE_PATH, "KeyType": "HASH"},
+                            {"AttributeName": ATTR_FILE_NAME, "KeyType": "RANGE"},
+                        ],
+                        ProvisionedThroughput={
+                            "ReadCapacityUnits": self._rcu,
+                            "WriteCapacityUnits": self._wcu,
+                        },
+                    )
+                    created = True
+                except client.exceptions.ResourceInUseException:
+                    pass  # created concurrently by another process
+                continue
+            if status == "ACTIVE":
+                if created:
+                    self._enable_ttl(client)
+                return
+            if status != "CREATING":
+                logger.error("DynamoDB table `%s` has status %s", self.table_name, status)
+                return
+            time.sleep(1)
+
+    def _enable_ttl(self, client: Any) -> None:
+        try:
+            client.update_time_to_live(
+                TableName=self.table_name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": ATTR_EXPIRE_TIME},
+            )
+        except ClientError as exc:  # TTL is housekeeping only
+            logger.warning("could not enable TTL on DynamoDB table `%s`: %s", self.table_name, exc)
+
+    def put_external_entry(self, entry: ExternalCommitEntry, overwrite: bool) -> None:
+        """Put the item; unless ``overwrite``, only if absent (else :class:`FileExistsError`)."""
+        request: dict[str, Any] = {"TableName": self.table_name, "Item": entry.to_item()}
+        if not overwrite:
+            request["ConditionExpression"] = f"attribute_not_exists({ATTR_FILE_NAME})"
+        try:
+            self.client.put_item(**request)
+        except self.client.exceptions.ConditionalCheckFailedException:
+            raise FileExistsError(entry.absolute_file_path) from None
+
+    def get_external_entry(self, table_path: str, file_name: str) -> ExternalCommitEntry | None:
+        """The entry of ``file_name`` (consistent read), or ``None``."""
+        response = self.client.get_item(
+            TableName=self.table_name,
+            Key={ATTR_TABLE_PATH: {"S": table_path}, ATTR_FILE_NAME: {"S": file_name}},
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return ExternalCommitEntry.from_item(item) if item else None
+
+    def get_latest_external_entry(self, table_path: str) -> ExternalCommitEntry | None:
+        """The entry with the greatest ``fileName`` of the table (consistent query), or ``None``."""
+        response = self.client.query(
+            TableName=self.table_name,
+            KeyConditionExpression=f"{ATTR_TABLE_PATH} = :table",
+            ExpressionAttributeValues={":table": {"S": table_path}},
+            ScanIndexForward=False,
+            Limit=1,
+            ConsistentRead=True,
+        )
+        items = response.get("Items") or []
+        return ExternalCommitEntry.from_item(items[0]) if items else None
+
+    # -- protocol ----------------------------------------------------------------------------
+    def list_from(self, path: str) -> Iterator[FileStatus]:
+        """Repair the table's latest entry if incomplete, then list (log paths only)."""
+        resolved = self.resolve_path_on_physical_storage(path)
+        if is_delta_log_path(resolved):
+            table_path = _table_path(resolved)
+            entry = self.get_latest_external_entry(table_path)
+            if entry is not None and not entry.complete:
+                self.fix_delta_log(entry)
+        return super().list_from(path)
+
+    def write_bytes(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        location = self.locate(path)
+        if overwrite:
+            self._overwrite(location, data)
+            return
+        target = location.qualify(location.path)
+        with path_lock(target):
+            self._commit(location, target, data)
+
+    def _commit(self, location: Location, target: str, data: bytes) -> None:
+        with self._translated(location):
+            if location.fs.exists(location.path):
+                raise FileExistsError(target)
+        table_path = _table_path(target)
+        self._check_previous(location, table_path, target)
+        name = location.name
+        entry = ExternalCommitEntry(table_path, name, f".tmp/{name}.{uuid.uuid4()}", complete=False)
+        self._overwrite(self.locate(entry.absolute_temp_path), data)
+        try:
+            self.put_external_entry(entry, overwrite=False)
+        except FileExistsError:
+            self._delete_quietly(entry.absolute_temp_path)
+            raise
+        try:
+            self.write_copy_temp_file(entry, target)
+            self.write_put_complete_entry(entry)
+        except Exception as exc:  # noqa: BLE001 - the commit is durable; the next writer or reader repairs it
+            logger.info(
+                "%s after committing %s: ignoring recoverable error: %s", type(exc).__name__, target, exc
+            )
+            return
+        self._delete_quietly(entry.absolute_temp_path)
+
+    def _check_previous(self, location: Location, table_path: str, target: str) -> None:
+        version = _delta_version(location.name)
+        if version is None:
+            return
+        if version > 0:
+            previous_name = f"{version - 1:020d}.json"
+            previous = self.get_external_entry(table_path, previous_name)
+            if previous is not None and not previous.complete:
+                self.fix_delta_log(previous)
+                return
+            previous_path = f"{target.rsplit('/', 1)[0]}/{previous_name}"
+            if not self._exists(previous_path):
+                raise LogStoreError(
+                    f"previous commit {previous_path} doesn't exist on the file system but does in the "
+                    "external log store"
+                )
+            return
+        entry = self.get_external_entry(table_path, location.name)
+        if entry is not None and entry.complete and not self._exists(target):
+            raise LogStoreError(f"Old entries for table {table_path} still exist in the external log store")
+
+    def fix_delta_log(self, entry: ExternalCommitEntry) -> None:
+        """Complete an interrupted commit: copy ``T(N)`` to ``N.json`` if missing, mark complete."""
+        if entry.complete:
+            return
+        with path_lock(entry.absolute_file_path):
+            copied = False
+            for attempt in range(FIX_RETRIES + 1):
+                try:
+                    if not copied and not self._exists(entry.absolute_file_path):
+                        self.fix_delta_log_copy_temp_file(entry)
+                    copied = True
+                    self.fix_delta_log_put_complete_entry(entry)
+                    logger.info("repaired the commit %s", entry.absolute_file_path)
+                    break
+                except Exception as exc:
+                    logger.info(
+                        "repairing %s failed (%s): %s", entry.absolute_file_path, type(exc).__name__, exc
+                    )
+                    if attempt >= FIX_RETRIES:
+                        raise
+        self._delete_quietly(entry.absolute_temp_path)
+
+    # Step hooks, one per protocol step, so tests can stop a writer after any of them.
+    def write_copy_temp_file(self, entry: ExternalCommitEntry, target: str) -> None:
+        self._copy(entry.absolute_temp_path, target)
+
+    def write_put_complete_entry(self, entry: ExternalCommitEntry) -> None:
+        self.put_external_entry(entry.as_complete(self.ttl_seconds), overwrite=True)
+
+    def fix_delta_log_copy_temp_file(self, entry: ExternalCommitEntry) -> None:
+        self._copy(entry.absolute_temp_path, entry.absolute_file_path)
+
+    def fix_delta_log_put_complete_entry(self, entry: ExternalCommitEntry) -> None:
+        self.put_external_entry(entry.as_complete(self.ttl_seconds), overwrite=True)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _copy(self, source: str, target: str) -> None:
+        """Copy ``source`` to ``target`` unless ``target`` exists (then :class:`FileExistsError`)."""
+        data = self.read_bytes(source)
+        location = self.locate(target)
+        with self._translated(location):
+            if location.fs.exists(location.path):
+                raise FileExistsError(target)
+        self._overwrite(location, data)
+
+    def _exists(self, path: str) -> bool:
+        location = self.locate(path)
+        with self._translated(location):
+            return bool(location.fs.exists(location.path))
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self.delete(path)
+        except (OSError, ClientError) as exc:  # a stray temp file is harmless
+            logger.warning("could not delete the temp file %s: %s", path, exc)
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()} with DynamoDB table {self.table_name!r} in {self.region}"
+
+
+def _table_path(log_file_uri: str) -> str:
+    """``s3a://b/t/_delta_log/N.json`` -> ``s3a://b/t`` (the parent of the file's parent)."""
+    return log_file_uri.rsplit("/", 2)[0]

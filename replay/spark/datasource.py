@@ -1,0 +1,465 @@
+"""The ``deltalog`` PySpark data source: snapshots, change feed and streams without Delta jars.
+
+``spark.read.format("deltalog").load(uri)`` reads a snapshot (``versionAsOf``,
+``timestampAsOf``); with ``readChangeFeed`` it reads the change feed (``startingVersion``,
+``endingVersion``, ``startingTimestamp``, ``endingTimestamp``). ``spark.readStream`` streams the
+change feed or, without ``readChangeFeed``, the table's appends like Delta's default source
+(``startingVersion``/``latest``, ``startingTimestamp``, ``maxFilesPerTrigger`` (default 1000),
+``maxBytesPerTrigger``, ``failOnDataLoss``, ``excludeRegex``, ``ignoreDeletes``,
+``ignoreChanges``, ``skipChangeCommits``). Offsets are Delta's ``DeltaSourceOffset`` JSON.
+
+The log is read through :func:`logstores.create_log_store` and data files through fsspec +
+pyarrow inside the Python workers, so any storage fsspec reaches works. Storage settings come
+from the Spark conf captured by :func:`register` and from read options that look like storage
+settings (``fs.*``, ``spark.hadoop.*``, ``[spark.]delta.logStore.*``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from logstores.conf import to_conf_dict
+from replay.cdc import (
+    BASE_INDEX,
+    CDC_COMMIT_TIMESTAMP,
+    CDC_COMMIT_VERSION,
+    CDC_TYPE_COLUMN,
+    AdmissionLimits,
+    ChangeRead,
+    DeltaSource,
+    DeltaSourceOffset,
+    StreamOptions,
+    plan_change_reads,
+    read_change,
+    resolve_change_range,
+)
+from replay.data import TableReader
+from replay.errors import DeltaError
+
+FORMAT_NAME = "deltalog"
+STORAGE_KEY_PREFIXES = ("fs.", "spark.hadoop.", "spark.delta.logStore.", "delta.logStore.")
+OUT_OF_RANGE_KEY = "spark.databricks.delta.changeDataFeed.timestampOutOfRange.enabled"
+TARGET_PARTITION_BYTES = 128 * 1024 * 1024
+OPEN_COST_BYTES = 4 * 1024 * 1024
+PARALLELISM_HINT = 8
+_SIZE_UNITS = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+class InvalidOptionError(DeltaError, ValueError):
+    """A read option has an invalid value (Delta's ``DELTA_ILLEGAL_OPTION`` wording)."""
+
+
+def storage_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The entries of a Spark conf (or of read options) that configure storage or the LogStore."""
+    return {key: value for key, value in conf.items() if key.startswith(STORAGE_KEY_PREFIXES)}
+
+
+# -- options --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReadSettings:
+    """Validated read options (names as in Delta, matched case-insensitively)."""
+
+    path: str
+    conf: dict[str, str]
+    read_change_feed: bool = False
+    version_as_of: int | None = None
+    timestamp_as_of: str | None = None
+    starting_version: int | str | None = None
+    ending_version: int | None = None
+    starting_timestamp: str | None = None
+    ending_timestamp: str | None = None
+    max_files_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    exclude_regex: str | None = None
+    stream_options: StreamOptions = field(default_factory=StreamOptions)
+    allow_out_of_range: bool = False
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], session_conf: Mapping[str, str]) -> ReadSettings:
+        """Parse data source options; raises :class:`InvalidOptionError` naming the option."""
+        raw = {str(key): str(value) for key, value in options.items()}
+        lowered = {key.lower(): value for key, value in raw.items()}
+        path = lowered.get("path")
+        if not path:
+            raise InvalidOptionError("'path' is not specified: use .load(<table uri>)")
+        conf = {**storage_conf(session_conf), **storage_conf(raw)}
+        out_of_range = lowered.get(OUT_OF_RANGE_KEY.lower(), session_conf.get(OUT_OF_RANGE_KEY, "false"))
+        starting_version: int | str | None = None
+        if "startingversion" in lowered:
+            value = lowered["startingversion"].strip()
+            starting_version = "latest" if value.lower() == "latest" else _version(value, "startingVersion")
+        if (
+            "startingversion" in lowered
+            and "startingtimestamp" in lowered
+            and not _bool(lowered, "readchangefeed")
+        ):
+            raise InvalidOptionError("Please either provide 'startingVersion' or 'startingTimestamp'")
+        return cls(
+            path=path,
+            conf=conf,
+            read_change_feed=_bool(lowered, "readchangefeed") or _bool(lowered, "readchangedata"),
+            version_as_of=_optional_version(lowered, "versionasof", "versionAsOf"),
+            timestamp_as_of=lowered.get("timestampasof"),
+            starting_version=starting_version,
+            ending_version=_optional_version(lowered, "endingversion", "endingVersion"),
+            starting_timestamp=lowered.get("startingtimestamp"),
+            ending_timestamp=lowered.get("endingtimestamp"),
+            max_files_per_trigger=_positive(lowered, "maxfilespertrigger", "maxFilesPerTrigger"),
+            max_bytes_per_trigger=_size(lowered, "maxbytespertrigger", "maxBytesPerTrigger"),
+            fail_on_data_loss=_bool(lowered, "failondataloss", default=True),
+            exclude_regex=lowered.get("excluderegex"),
+            stream_options=StreamOptions(
+                ignore_deletes=_bool(lowered, "ignoredeletes"),
+                ignore_changes=_bool(lowered, "ignorechanges"),
+                skip_change_commits=_bool(lowered, "skipchangecommits"),
+            ),
+            allow_out_of_range=out_of_range.strip().lower() == "true",
+        )
+
+
+def _illegal(name: str, value: str, explanation: str) -> InvalidOptionError:
+    return InvalidOptionError(
+        f"[DELTA_ILLEGAL_OPTION] Invalid value '{value}' for option '{name}', {explanation}"
+    )
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool = False) -> bool:
+    value = options.get(key)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise _illegal(key, value, "must be 'true' or 'false'")
+    return lowered == "true"
+
+
+def _version(value: str, name: str) -> int:
+    try:
+        version = int(value)
+    except ValueError:
+        raise InvalidOptionError(
+            f"[DELTA_VERSION_INVALID] The provided version ({value}) is not a valid version (option {name})."
+        ) from None
+    if version < 0:
+        raise _illegal(name, value, "must be greater than or equal to zero")
+    return version
+
+
+def _optional_version(options: Mapping[str, str], key: str, name: str) -> int | None:
+    return _version(options[key].strip(), name) if key in options else None
+
+
+def _positive(options: Mapping[str, str], key: str, name: str) -> int | None:
+    if key not in options:
+        return None
+    value = options[key]
+    try:
+        number = int(value)
+    except ValueError:
+        raise _illegal(name, value, "must be a positive integer") from None
+    if number <= 0:
+        raise _illegal(name, value, "must be a positive integer")
+    return number
+
+
+def _size(options: Mapping[str, str], key: str, name: str) -> int | None:
+    if key not in options:
+        return None
+    value = options[key]
+    match = re.fullmatch(r"\s*(\d+)\s*([bkmgtp]?)b?\s*", value.lower())
+    if match is None or int(match.group(1)) <= 0:
+        raise _illegal(name, value, "must be a size configuration such as '10g'")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2) or "b"]
+
+
+# -- schema ---------------------------------------------------------------------------------------
+def _nullable(data_type: DataType) -> DataType:
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type
+
+
+def spark_schema(schema_string: str, change_feed: bool) -> StructType:
+    """The Spark schema of a Delta ``schemaString`` (all nullable), plus CDC columns if asked."""
+    parsed = StructType.fromJson(orjson.loads(schema_string))
+    fields = [StructField(f.name, _nullable(f.dataType), True) for f in parsed.fields]
+    if change_feed:
+        fields += [
+            StructField(CDC_TYPE_COLUMN, StringType(), True),
+            StructField(CDC_COMMIT_VERSION, LongType(), True),
+            StructField(CDC_COMMIT_TIMESTAMP, TimestampType(), True),
+        ]
+    return StructType(fields)
+
+
+def _arrow_target(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+# -- partitions -----------------------------------------------------------------------------------
+class FilesPartition(InputPartition):
+    """A group of file reads executed by one Spark task."""
+
+    def __init__(self, reads: Sequence[ChangeRead]) -> None:
+        super().__init__(tuple(reads))
+
+    @property
+    def reads(self) -> tuple[ChangeRead, ...]:
+        return self.value
+
+
+def split_reads(reads: Sequence[ChangeRead], parallelism: int = PARALLELISM_HINT) -> list[FilesPartition]:
+    """Pack reads into partitions the way Spark packs files: each file costs its size plus
+    :data:`OPEN_COST_BYTES`; a partition holds about ``total / parallelism`` bytes, between
+    :data:`OPEN_COST_BYTES` and :data:`TARGET_PARTITION_BYTES`. Larger files are placed first."""
+    if not reads:
+        return []
+    costs = [int(getattr(read.file, "size", 0) or 0) + OPEN_COST_BYTES for read in reads]
+    target = min(TARGET_PARTITION_BYTES, max(OPEN_COST_BYTES, sum(costs) // max(parallelism, 1)))
+    count = max(1, min(len(reads), math.ceil(sum(costs) / target)))
+    buckets: list[list[ChangeRead]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for index in sorted(range(len(reads)), key=lambda i: -costs[i]):
+        lightest = loads.index(min(loads))
+        buckets[lightest].append(reads[index])
+        loads[lightest] += costs[index]
+    return [
+        FilesPartition(sorted(bucket, key=lambda read: (read.version, read.file.path))) for bucket in buckets
+    ]
+
+
+def _record_batches(
+    reader: TableReader, partition: FilesPartition, change_feed: bool, schema: StructType
+) -> Iterator[pa.RecordBatch]:
+    target = _arrow_target(schema)
+    for read in partition.reads:
+        table = read_change(reader, read) if change_feed else reader.read_file(read.file)
+        if table.num_rows == 0:
+            continue
+        yield from table.cast(target).to_batches()
+
+
+# -- batch ----------------------------------------------------------------------------------------
+class DeltaLogBatchReader(DataSourceReader):
+    """Reads a snapshot or a change range; the plan is made once, on the driver side."""
+
+    def __init__(self, settings: ReadSettings, schema: StructType) -> None:
+        self.settings = settings
+        self.schema = schema
+        self._plan: tuple[TableReader, list[ChangeRead]] | None = None
+
+    def _make_plan(self) -> tuple[TableReader, list[ChangeRead]]:
+        from replay.delta_log import DeltaLog
+
+        settings = self.settings
+        delta_log = DeltaLog.for_table(settings.path, settings.conf)
+        if settings.read_change_feed:
+            latest = delta_log.update()
+            reader = TableReader.for_metadata(
+                delta_log.table_path, latest.metadata, latest.protocol, settings.conf
+            )
+            resolved = resolve_change_range(
+                delta_log,
+                settings.starting_version if isinstance(settings.starting_version, int) else None,
+                settings.ending_version,
+                settings.starting_timestamp,
+                settings.ending_timestamp,
+                allow_out_of_range=settings.allow_out_of_range,
+            )
+            reads = [] if resolved is None else plan_change_reads(delta_log, *resolved)
+            return reader, reads
+        snapshot = _snapshot(delta_log, settings)
+        reader = TableReader.for_metadata(
+            delta_log.table_path, snapshot.metadata, snapshot.protocol, settings.conf
+        )
+        reads = [ChangeRead(add, None, snapshot.version, 0) for add in snapshot.files()]
+        return reader, reads
+
+    def partitions(self) -> Sequence[InputPartition]:
+        reader, reads = self._plan or self._make_plan()
+        self._plan = (reader, [])
+        return split_reads(reads)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilesPartition)
+        reader, _ = self._plan or self._make_plan()
+        yield from _record_batches(reader, partition, self.settings.read_change_feed, self.schema)
+
+
+def _snapshot(delta_log: Any, settings: ReadSettings) -> Any:
+    if settings.version_as_of is not None:
+        return delta_log.snapshot(version=settings.version_as_of)
+    if settings.timestamp_as_of is not None:
+        return delta_log.snapshot(timestamp=settings.timestamp_as_of)
+    return delta_log.update()
+
+
+# -- streaming ------------------------------------------------------------------------------------
+class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A Delta streaming source: change feed or appends, with admission control.
+
+    Picklable: the :class:`DeltaSource` (log, caches) is rebuilt lazily on each side.
+    """
+
+    def __init__(self, settings: ReadSettings, schema: StructType) -> None:
+        self.settings = settings
+        self.schema = schema
+        self._source: DeltaSource | None = None
+        self._reader: TableReader | None = None
+        self._available_now_end: DeltaSourceOffset | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_source"] = None
+        return state
+
+    @property
+    def source(self) -> DeltaSource:
+        if self._source is None:
+            from replay.delta_log import DeltaLog
+
+            settings = self.settings
+            self._source = DeltaSource(
+                DeltaLog.for_table(settings.path, settings.conf),
+                read_change_feed=settings.read_change_feed,
+                starting_version=settings.starting_version,
+                starting_timestamp=settings.starting_timestamp,
+                fail_on_data_loss=settings.fail_on_data_loss,
+                exclude_regex=settings.exclude_regex,
+                stream_options=settings.stream_options,
+                allow_out_of_range=settings.allow_out_of_range,
+            )
+        return self._source
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
+        return self.source.initial_offset().to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
+        settings = self.settings
+        if settings.max_bytes_per_trigger is not None and settings.max_files_per_trigger is None:
+            return ReadMaxBytes(settings.max_bytes_per_trigger)
+        return ReadMaxFiles(settings.max_files_per_trigger or 1000)
+
+    def _limits(self, limit: ReadLimit | None) -> AdmissionLimits | None:
+        settings = self.settings
+        if isinstance(limit, ReadAllAvailable):
+            return None
+        if isinstance(limit, ReadMaxFiles):
+            return AdmissionLimits(max_files=limit.max_files, max_bytes=settings.max_bytes_per_trigger)
+        if isinstance(limit, ReadMaxBytes):
+            return AdmissionLimits(max_files=settings.max_files_per_trigger, max_bytes=limit.max_bytes)
+        return AdmissionLimits(
+            max_files=settings.max_files_per_trigger, max_bytes=settings.max_bytes_per_trigger
+        )
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
+        source = self.source
+        start_offset = source.parse_offset(start)
+        return source.latest_offset(start_offset, self._limits(limit), self._available_now_end).to_dict()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
+        """Freeze the end at the latest version now: later commits wait for the next run."""
+        source = self.source
+        latest = source.delta_log.update().version
+        self._available_now_end = DeltaSourceOffset(source.table_id, latest + 1, BASE_INDEX, False)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        source = self.source
+        start_offset, end_offset = source.parse_offset(start), source.parse_offset(end)
+        if end_offset <= start_offset and end_offset.is_initial_snapshot == start_offset.is_initial_snapshot:
+            return []
+        reads = source.batch_reads(start_offset, end_offset)
+        self._reader = source.reader()
+        return split_reads(reads)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilesPartition)
+        reader = self._reader or self.source.reader()
+        yield from _record_batches(reader, partition, self.settings.read_change_feed, self.schema)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: offsets carry all state."""
+
+
+# -- data source ----------------------------------------------------------------------------------
+class DeltaLogDataSource(DataSource):
+    """``format("deltalog")``: Delta tables read through this library (see module docstring)."""
+
+    session_conf: dict[str, str] = {}
+    """Storage settings captured from the session by :func:`register`."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.settings = ReadSettings.from_options(options, self.session_conf)
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> StructType:
+        from replay.delta_log import DeltaLog
+
+        settings = self.settings
+        delta_log = DeltaLog.for_table(settings.path, settings.conf)
+        snapshot = delta_log.update() if settings.read_change_feed else _snapshot(delta_log, settings)
+        return spark_schema(snapshot.metadata.schema_string, settings.read_change_feed)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DeltaLogBatchReader(self.settings, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
+        return DeltaLogStreamReader(self.settings, schema)
+
+
+def register(spark: Any) -> type[DeltaLogDataSource]:
+    """Register the ``deltalog`` format on ``spark`` with its current storage settings.
+
+    Call again after changing storage settings in the session conf. Returns the registered class.
+    """
+    conf = storage_conf(to_conf_dict(spark))
+    for key in (OUT_OF_RANGE_KEY,):
+        try:
+            value = spark.conf.get(key, None)
+        except Exception:  # noqa: BLE001 - Spark Connect or a missing key: keep the default
+            value = None
+        if value is not None:
+            conf[key] = str(value)
+    configured = type(
+        "ConfiguredDeltaLogDataSource",
+        (DeltaLogDataSource,),
+        {"session_conf": conf, "__module__": __name__, "__qualname__": "ConfiguredDeltaLogDataSource"},
+    )
+    spark.dataSource.register(configured)
+    return configured

@@ -1,0 +1,199 @@
+"""Distributed state reconstruction in Spark, for logs too big to replay on the driver.
+
+The same algorithm as Delta's ``Snapshot.stateReconstruction`` (reference §5.7): the driver
+only lists the log segment; executors read the checkpoint and commit files through the
+LogStore built from the table's configuration, key every file action by its canonical path,
+``repartition`` by that key into ``spark.databricks.delta.snapshotPartitions`` partitions
+(default 50; non-file actions all hash to one partition), sort each partition by version and
+line and run :class:`replay.log_replay.InMemoryLogReplay` over it. The result is the checkpoint
+actions of the snapshot, one row per action; as in Delta, absolute local file paths come out
+canonical (``/x`` and ``file:///x`` as ``file:/x``) because replay matches files by that form.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from replay.actions import action_from_dict, canonicalize_path, file_key
+from replay.checkpoints import parse_json_lines, read_last_checkpoint
+from replay.errors import MissingProtocolOrMetadataError
+from replay.segment import LogSegment, build_log_segment
+from replay.snapshot import DEFAULT_DELETED_FILE_RETENTION, parse_interval_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from replay.delta_log import DeltaLog
+
+SNAPSHOT_PARTITIONS_KEY = "spark.databricks.delta.snapshotPartitions"
+DEFAULT_SNAPSHOT_PARTITIONS = 50
+
+ACTIONS_DDL = "version LONG, line LONG, key STRING, action STRING"
+RESULT_DDL = "kind STRING, path STRING, action STRING"
+"""Columns of the result: the action kind (``add``, ``remove``, ``metaData``...), the file path
+for file actions, and the action as one Delta log JSON line."""
+
+_SKIPPED_KINDS = frozenset({"commitInfo", "cdc"})
+
+
+def _log_lines(kind: str, source: str, conf: Mapping[str, str], log_path: str) -> Iterator[bytes]:
+    """The JSON lines of one commit file or one whole checkpoint, read through the LogStore."""
+    from logstores import create_log_store
+
+    store = create_log_store(dict(conf))
+    if kind == "commit":
+        yield from store.read_bytes(source).split(b"\n")
+        return
+    from replay.checkpoints import CheckpointInstance, read_checkpoint
+
+    info = orjson.loads(source)
+    statuses = [_status(item) for item in info["files"]]
+    instance = CheckpointInstance.from_name(statuses[0].name)
+    if instance is None:  # pragma: no cover - the driver only sends checkpoint files
+        raise ValueError(f"not a checkpoint file: {statuses[0].path}")
+    data = read_checkpoint(store, log_path, instance, statuses)
+    for action in data.actions:
+        yield orjson.dumps(action)
+    for column, tables in (("add", data.adds), ("remove", data.removes)):
+        for table in tables:
+            present = table.filter(pc.is_valid(table.column("path")))  # rows of other actions are null
+            for row in present.to_pylist(maps_as_pydicts="lossy"):
+                yield orjson.dumps({column: {k: v for k, v in row.items() if v is not None}})
+
+
+def _status(item: Mapping[str, Any]) -> Any:
+    from logstores.base import FileStatus
+
+    return FileStatus(item["path"], item["size"], item["modification_time"])
+
+
+def _keyed_rows(task: tuple[int, str, str], conf: Mapping[str, str], log_path: str) -> Iterator[tuple]:
+    """``(version, line, key, json)`` for every action of a task that replay needs."""
+    version, kind, source = task
+    for line, text in enumerate(_log_lines(kind, source, conf, log_path)):
+        raw = text
+        if not raw.strip():
+            continue
+        parsed = orjson.loads(raw)
+        action_kind = next((name for name, value in parsed.items() if value is not None), None)
+        if action_kind is None or action_kind in _SKIPPED_KINDS:
+            continue
+        key = None
+        if action_kind in ("add", "remove"):
+            file_action = parsed[action_kind]
+            path = file_action["path"]
+            canonical = canonicalize_path(path)
+            if canonical != path:  # replay compares canonical paths, like Delta's stateReconstruction
+                file_action["path"] = canonical
+                raw = orjson.dumps(parsed)
+            key = file_key(canonical, None)[0]
+        yield version, line, key, raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+def _replay_partition(rows: Iterator[Any], file_cutoff: int, txn_cutoff: int | None) -> Iterator[tuple]:
+    from replay.log_replay import InMemoryLogReplay
+
+    replay = InMemoryLogReplay(file_cutoff, txn_cutoff)
+    replay.append(0, (action_from_dict(orjson.loads(row.action)) for row in rows))
+    for action in replay.checkpoint():
+        path = getattr(action, "path", None)
+        yield action.KEY, path, action.json()
+
+
+def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | None = None) -> DataFrame:
+    """The checkpoint actions of ``version`` (latest if ``None``), computed by Spark executors.
+
+    Rows: ``kind``, ``path`` (file actions only), ``action`` (one log line). Tombstones older
+    than ``delta.deletedFileRetentionDuration`` and expired transactions are dropped like
+    Delta's checkpointing state does; the rest equals driver-side replay of the same version.
+    Raises the replay errors of :meth:`DeltaLog.snapshot` for a missing table or version.
+    """
+    from pyspark.sql import functions as F  # noqa: N812
+
+    segment = _segment(delta_log, version)
+    conf = dict(delta_log.conf)
+    log_path = delta_log.log_path
+    tasks: list[tuple[int, str, str]] = []
+    if segment.checkpoint is not None:
+        files = [
+            {"path": s.path, "size": s.size, "modification_time": s.modification_time}
+            for s in segment.checkpoint_files
+        ]
+        tasks.append((segment.checkpoint.version, "checkpoint", orjson.dumps({"files": files}).decode()))
+    tasks += [(end, "commit", status.path) for _, end, status in segment.replay_files]
+    file_cutoff, txn_cutoff = retention_cutoffs(
+        _latest_configuration(delta_log, segment), int(time.time() * 1000)
+    )
+    partitions = int(spark.conf.get(SNAPSHOT_PARTITIONS_KEY, str(DEFAULT_SNAPSHOT_PARTITIONS)))
+    if partitions <= 0:
+        raise ValueError(f"{SNAPSHOT_PARTITIONS_KEY} must be positive, got {partitions}")
+    context = spark.sparkContext
+    rows = context.parallelize(tasks, max(1, min(len(tasks), context.defaultParallelism * 4))).flatMap(
+        lambda task: _keyed_rows(task, conf, log_path)
+    )
+    actions = spark.createDataFrame(rows, ACTIONS_DDL)
+    ordered = actions.repartition(partitions, F.col("key")).sortWithinPartitions("version", "line")
+    replayed = ordered.rdd.mapPartitions(lambda part: _replay_partition(part, file_cutoff, txn_cutoff))
+    return spark.createDataFrame(replayed, RESULT_DDL)
+
+
+def retention_cutoffs(configuration: Mapping[str, str], now_ms: int) -> tuple[int, int | None]:
+    """(min file retention timestamp, min set-transaction retention timestamp or ``None``)."""
+    files = now_ms - parse_interval_ms(
+        configuration.get("delta.deletedFileRetentionDuration", DEFAULT_DELETED_FILE_RETENTION)
+    )
+    txn = configuration.get("delta.setTransactionRetentionDuration")
+    return files, (now_ms - parse_interval_ms(txn) if txn else None)
+
+
+def _segment(delta_log: DeltaLog, version: int | None) -> LogSegment:
+    """The checkpoint and commits of ``version``, found by listing only (no replay on the driver)."""
+    last = read_last_checkpoint(delta_log.store, delta_log.log_path)
+    return build_log_segment(
+        delta_log.store,
+        delta_log.log_path,
+        str(delta_log.table_path),
+        version_to_load=version,
+        last_checkpoint=last,
+    )
+
+
+def _latest_configuration(delta_log: DeltaLog, segment: LogSegment) -> dict[str, str]:
+    """The configuration of the segment's newest ``metaData`` action, read on the driver.
+
+    Commits are scanned newest first (a cheap substring test before parsing), then only the
+    ``metaData`` column of the checkpoint is read. Raises :class:`MissingProtocolOrMetadataError`.
+    """
+    store = delta_log.store
+    for _, _, status in reversed(segment.replay_files):
+        raw = store.read_bytes(status.path)
+        if b"metaData" not in raw:
+            continue
+        for action in reversed(parse_json_lines(raw, status.path)):
+            if action.get("metaData") is not None:
+                return dict(action["metaData"].get("configuration") or {})
+    for status in segment.checkpoint_files:
+        if status.name.endswith(".json"):
+            rows = parse_json_lines(store.read_bytes(status.path), status.path)
+        else:
+            with store.open_input(status.path) as stream:
+                parquet = pq.ParquetFile(stream)
+                if "metaData" not in parquet.schema_arrow.names:
+                    continue
+                rows = parquet.read(columns=["metaData"]).to_pylist(maps_as_pydicts="lossy")
+        for row in rows:
+            if row.get("metaData") is not None:
+                return dict(row["metaData"].get("configuration") or {})
+    raise MissingProtocolOrMetadataError(
+        f"[DELTA_STATE_RECOVER_ERROR] The metadata of table {delta_log.table_path} could not be recovered "
+        f"while reconstructing version {segment.version}.",
+        table=str(delta_log.table_path),
+        version=segment.version,
+        missing="metadata",
+    )

@@ -1,0 +1,537 @@
+"""Cloud stores against real emulators: races, listing cost, ambiguous commits, bad input, conf."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from pyspark import SparkConf
+
+from logstores import (
+    AzureLogStore,
+    ConditionalWriteUnsupportedError,
+    DelegatingLogStore,
+    GCSLogStore,
+    LogStore,
+    LogStoreError,
+    S3DynamoDBLogStore,
+    S3LogStore,
+    S3SingleDriverLogStore,
+    create_log_store,
+    explain_log_store,
+)
+from logstores.cloud_options import azure_options, gcs_options, s3_options
+from logstores.options import storage_options
+from logstores.s3 import key_before
+from tests.cloud_servers import (
+    AWS_TEST_KEY,
+    AZURITE_ACCOUNT,
+    CLOUD_STORE_FIXTURES,
+    Azurite,
+    Fault,
+    FaultProxy,
+    GCSServer,
+    MotoServer,
+    dynamodb_conf,
+    free_port,
+    s3_conf,
+    unique_name,
+)
+from tests.store_cases import StoreUnderTest
+
+pytestmark = pytest.mark.cloud
+
+ProxyFactory = Callable[[str], FaultProxy]
+
+
+@pytest.fixture(params=CLOUD_STORE_FIXTURES)
+def cloud(request: pytest.FixtureRequest) -> StoreUnderTest:
+    return request.getfixturevalue(request.param)
+
+
+def commit_name(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+# -- races -----------------------------------------------------------------------------------------
+def test_eight_writers_with_their_own_store_race_for_one_commit(cloud: StoreUnderTest) -> None:
+    log = cloud.log_dir()
+    cloud.store.write(f"{log}/{commit_name(0)}", ["base"])
+    stores = [type(cloud.store)(dict(cloud.store.conf)) for _ in range(8)]
+    barrier = threading.Barrier(8)
+    outcomes: dict[int, str] = {}
+
+    def writer(index: int) -> None:
+        barrier.wait()
+        try:
+            stores[index].write(f"{log}/{commit_name(1)}", [f"writer {index}"])
+            outcomes[index] = "won"
+        except FileExistsError as exc:
+            outcomes[index] = "lost" if commit_name(1) in str(exc) else f"bad message: {exc}"
+
+    threads = [threading.Thread(target=writer, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes.values()) == ["lost"] * 7 + ["won"]
+    [winner] = [index for index, outcome in outcomes.items() if outcome == "won"]
+    assert cloud.store.read(f"{log}/{commit_name(1)}") == [f"writer {winner}"]
+
+
+def test_four_writers_commit_25_versions_each_without_loss(cloud: StoreUnderTest) -> None:
+    log = cloud.log_dir()
+    writers, commits_each = 4, 25
+    stores = [type(cloud.store)(dict(cloud.store.conf)) for _ in range(writers)]
+    barrier = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def writer(index: int) -> None:
+        store, version = stores[index], 0
+        barrier.wait()
+        try:
+            for commit in range(commits_each):
+                while True:
+                    try:
+                        store.write(f"{log}/{commit_name(version)}", [f"writer {index} commit {commit}"])
+                        break
+                    except FileExistsError:
+                        version += 1
+                version += 1
+        except Exception as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(index,)) for index in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    listed = [status.name for status in cloud.store.list_from(f"{log}/{commit_name(0)}")]
+    assert listed == [commit_name(version) for version in range(writers * commits_each)]
+    contents = Counter(tuple(cloud.store.read(f"{log}/{name}")) for name in listed)
+    expected = {(f"writer {w} commit {c}",) for w in range(writers) for c in range(commits_each)}
+    assert set(contents) == expected
+    assert set(contents.values()) == {1}
+
+
+# -- listing cost ----------------------------------------------------------------------------------
+def test_s3_list_from_starts_after_the_previous_key(
+    moto_server: MotoServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(moto_server.endpoint)
+    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    store.list_page_size = 10
+    bucket = moto_server.create_bucket()
+    client = moto_server.client("s3")
+    for version in range(35):
+        client.put_object(Bucket=bucket, Key=f"t/_delta_log/{commit_name(version)}", Body=b"x\n")
+    log = f"s3://{bucket}/t/_delta_log"
+
+    proxy.requests.clear()
+    assert [s.name for s in store.list_from(f"{log}/{commit_name(30)}")] == [
+        commit_name(v) for v in range(30, 35)
+    ]
+    [listing] = proxy.matching("GET", "list-type=2")
+    assert f"start-after=t%2F_delta_log%2F{commit_name(30)[:-5]}.jsom" in listing.path  # "n" - 1 = "m"
+    assert len(proxy.requests) == 1
+
+    proxy.requests.clear()
+    assert len(list(store.list_from(f"{log}/{commit_name(0)}"))) == 35
+    assert len(proxy.matching("GET", "list-type=2")) == 4  # 35 keys, 10 per page
+
+
+def test_gcs_list_from_uses_start_offset(gcs_server: GCSServer, fault_proxy: ProxyFactory) -> None:
+    proxy = fault_proxy(gcs_server.endpoint)
+    store = GCSLogStore(gcs_server.conf(proxy.endpoint))
+    store.list_page_size = 10
+    bucket = gcs_server.create_bucket()
+    log = f"gs://{bucket}/t/_delta_log"
+    for version in range(25):
+        store.write(f"{log}/{commit_name(version)}", ["x"], overwrite=True)
+
+    proxy.requests.clear()
+    assert [s.name for s in store.list_from(f"{log}/{commit_name(20)}")] == [
+        commit_name(v) for v in range(20, 25)
+    ]
+    [listing] = proxy.matching("GET", "/o?")
+    assert f"startOffset=t/_delta_log/{commit_name(20)}" in listing.path
+    assert len(proxy.requests) == 1
+
+
+def test_key_before_matches_delta() -> None:
+    assert key_before("b") == "a"
+    assert key_before("aa/ab") == "aa/aa"
+    assert key_before("\x01\x02") == "\x01\x01"
+    assert key_before("♥b") == "♥a"
+    assert key_before("abc\x00") == "abc"
+    assert key_before("") is None
+
+
+# -- ambiguous commits -----------------------------------------------------------------------------
+def test_s3_commit_whose_response_was_lost_succeeds(
+    moto_server: MotoServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(moto_server.endpoint)
+    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    bucket = moto_server.create_bucket()
+    target = f"s3://{bucket}/t/_delta_log/{commit_name(0)}"
+    store.write(f"s3://{bucket}/t/_delta_log/warm-up", ["x"])  # the bucket check is done
+    proxy.faults.append(Fault("PUT", commit_name(0), status=503, landed=True))
+    store.write(target, ["ours"])
+    assert store.read(target) == ["ours"]
+    assert len(proxy.matching("PUT", commit_name(0))) == 2  # applied + the SDK's retry that got 412
+
+
+def test_s3_ambiguous_write_over_another_writers_object(
+    moto_server: MotoServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(moto_server.endpoint)
+    conf = s3_conf(
+        moto_server,
+        proxy.endpoint,
+        **{
+            "spark.delta.logStore.s3.verifyConditionalWrites": "false",
+            "spark.delta.logStore.s3.options.config_kwargs": '{"retries": {"total_max_attempts": 1}}',
+        },
+    )
+    store = S3LogStore(conf)
+    bucket = moto_server.create_bucket()
+    key = f"t/_delta_log/{commit_name(3)}"
+    moto_server.client("s3").put_object(Bucket=bucket, Key=key, Body=b"theirs\n")  # no commit token
+    proxy.faults.append(Fault("PUT", commit_name(3), status=503, landed=False))
+    with pytest.raises(FileExistsError, match=commit_name(3)):
+        store.write(f"s3://{bucket}/{key}", ["ours"])
+    # After an ambiguous failure, identical bytes without a token count as our own commit.
+    proxy.faults.append(Fault("PUT", commit_name(3), status=503, landed=False))
+    store.write(f"s3://{bucket}/{key}", ["theirs"])
+    assert len(proxy.matching("PUT", commit_name(3))) == 2  # each decided by re-reading, not by a retry
+    # Without an ambiguous failure they are a conflict.
+    with pytest.raises(FileExistsError, match=commit_name(3)):
+        store.write(f"s3://{bucket}/{key}", ["theirs"])
+
+
+def test_s3_identical_bytes_of_another_token_do_not_win(moto_server: MotoServer) -> None:
+    bucket = moto_server.create_bucket()
+    target = f"s3://{bucket}/t/_delta_log/{commit_name(0)}"
+    first, second = S3LogStore(s3_conf(moto_server)), S3LogStore(s3_conf(moto_server))
+    first.write(target, ["same"])
+    with pytest.raises(FileExistsError):
+        second.write(target, ["same"])
+
+
+def test_s3_outcome_unknown_after_every_attempt(moto_server: MotoServer, fault_proxy: ProxyFactory) -> None:
+    proxy = fault_proxy(moto_server.endpoint)
+    conf = s3_conf(
+        moto_server,
+        proxy.endpoint,
+        **{
+            "spark.delta.logStore.s3.verifyConditionalWrites": "false",
+            "spark.delta.logStore.s3.options.config_kwargs": '{"retries": {"total_max_attempts": 1}}',
+        },
+    )
+    store = S3LogStore(conf)
+    bucket = moto_server.create_bucket()
+    proxy.faults.append(Fault("PUT", commit_name(0), status=500, landed=False, times=100))
+    with pytest.raises(LogStoreError, match=f"could not tell whether .*{commit_name(0)} was written"):
+        store.write(f"s3://{bucket}/t/_delta_log/{commit_name(0)}", ["x"])
+    assert len(proxy.matching("PUT", commit_name(0))) == 3
+
+
+def test_gcs_commit_whose_response_was_lost_succeeds(
+    gcs_server: GCSServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(gcs_server.endpoint)
+    store = GCSLogStore(gcs_server.conf(proxy.endpoint))
+    target = f"gs://{gcs_server.create_bucket()}/t/_delta_log/{commit_name(0)}"
+    proxy.faults.append(Fault("POST", "/upload/storage/v1/b/", status=503, landed=True))
+    store.write(target, ["ours"])
+    assert store.read(target) == ["ours"]
+    assert len(proxy.matching("POST", "/upload/storage/v1/b/")) == 2
+
+
+def test_azure_commit_whose_response_was_lost_succeeds(azurite: Azurite, fault_proxy: ProxyFactory) -> None:
+    proxy = fault_proxy(azurite.endpoint)
+    store = AzureLogStore(azurite.conf(proxy.endpoint))
+    target = f"abfs://{azurite.create_container()}/t/_delta_log/{commit_name(0)}"
+    proxy.faults.append(Fault("PUT", commit_name(0), status=503, landed=True))
+    store.write(target, ["ours"])
+    assert store.read(target) == ["ours"]
+    assert len(proxy.matching("PUT", commit_name(0))) == 1  # no SDK retry: our own re-read decided
+
+
+# -- bad input -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", ["s3", "gs", "abfs"])
+def test_unreachable_endpoint_fails_fast_naming_it(scheme: str) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    conf = {
+        "s3": {"spark.hadoop.fs.s3a.endpoint": endpoint, "spark.hadoop.fs.s3a.access.key": "k"},
+        "gs": {
+            "spark.hadoop.fs.gs.storage.root.url": endpoint,
+            "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
+        },
+        "abfs": {
+            "spark.delta.logStore.abfs.options.connection_string": (
+                f"DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;BlobEndpoint={endpoint}/acct;"
+            )
+        },
+    }[scheme]
+    store = create_log_store(conf)
+    started = time.monotonic()
+    with pytest.raises(LogStoreError, match=f"cannot reach the .* endpoint {endpoint}"):
+        store.write(f"{scheme}://bucket/t/_delta_log/{commit_name(0)}", ["x"])
+    assert time.monotonic() - started < 6
+
+
+def test_s3_missing_bucket(moto_server: MotoServer) -> None:
+    for store in (S3LogStore(s3_conf(moto_server)), S3SingleDriverLogStore(s3_conf(moto_server))):
+        with pytest.raises(FileNotFoundError, match="S3 bucket 'no-such-bucket' does not exist"):
+            store.write(f"s3://no-such-bucket/t/_delta_log/{commit_name(0)}", ["x"])
+        with pytest.raises(FileNotFoundError, match="S3 bucket 'no-such-bucket' does not exist"):
+            list(store.list_from(f"s3://no-such-bucket/t/_delta_log/{commit_name(0)}"))
+
+
+def test_gcs_missing_bucket(gcs_server: GCSServer) -> None:
+    store = GCSLogStore(gcs_server.conf())
+    with pytest.raises(FileNotFoundError, match="GCS bucket 'no-such-bucket' does not exist"):
+        store.write(f"gs://no-such-bucket/t/_delta_log/{commit_name(0)}", ["x"])
+    with pytest.raises(FileNotFoundError, match="GCS bucket 'no-such-bucket' does not exist"):
+        list(store.list_from(f"gs://no-such-bucket/t/_delta_log/{commit_name(0)}"))
+
+
+def test_azure_missing_container(azurite: Azurite) -> None:
+    store = AzureLogStore(azurite.conf())
+    with pytest.raises(FileNotFoundError, match="Azure container 'no-such-container' does not exist"):
+        store.write(f"abfs://no-such-container/t/_delta_log/{commit_name(0)}", ["x"])
+
+
+def test_azure_wrong_key_is_a_permission_error_without_the_key(azurite: Azurite) -> None:
+    wrong_key = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
+    store = AzureLogStore(azurite.conf(key=wrong_key))
+    container = azurite.create_container()
+    with pytest.raises(
+        PermissionError, match=f"access to abfs://{container}/t/_delta_log/.* was denied"
+    ) as info:
+        store.write(f"abfs://{container}/t/_delta_log/{commit_name(0)}", ["x"])
+    assert wrong_key not in str(info.value)
+    assert wrong_key not in repr(store)
+
+
+def test_s3_service_ignoring_if_none_match_is_refused(
+    moto_server: MotoServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(moto_server.endpoint)
+    proxy.dropped_headers.add("if-none-match")
+    bucket = moto_server.create_bucket()
+    target = f"s3://{bucket}/t/_delta_log/{commit_name(0)}"
+    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    with pytest.raises(
+        ConditionalWriteUnsupportedError, match=r"S3SingleDriverLogStore .* S3DynamoDBLogStore"
+    ):
+        store.write(target, ["x"])
+    assert moto_server.client("s3").list_objects_v2(Bucket=bucket)["KeyCount"] == 0  # probe removed
+    # The DynamoDB store gives mutual exclusion on such a service.
+    dynamo = S3DynamoDBLogStore(dynamodb_conf(moto_server, unique_name("ddb"), proxy.endpoint))
+    dynamo.write(target, ["x"])
+    with pytest.raises(FileExistsError):
+        dynamo.write(target, ["y"])
+
+
+def test_s3_service_rejecting_if_none_match_is_refused(
+    moto_server: MotoServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(moto_server.endpoint)
+    proxy.faults.append(Fault("PUT", "conditional-write-check", status=501, landed=False))
+    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    with pytest.raises(ConditionalWriteUnsupportedError, match="answered 501"):
+        store.write(f"s3://{moto_server.create_bucket()}/t/_delta_log/{commit_name(0)}", ["x"])
+
+
+# -- configuration ---------------------------------------------------------------------------------
+def spark_conf(settings: dict[str, str]) -> SparkConf:
+    conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        conf.set(key, value)
+    return conf
+
+
+def test_spark_conf_reaches_s3(moto_server: MotoServer) -> None:
+    conf = spark_conf(moto_server.s3a_conf())
+    bucket = moto_server.create_bucket()
+    store = create_log_store(conf)
+    assert isinstance(store, DelegatingLogStore)
+    for scheme in ("s3", "s3a", "s3n"):
+        assert explain_log_store(f"{scheme}://{bucket}/t", conf).store_class is S3LogStore
+        store.write(f"{scheme}://{bucket}/{scheme}/_delta_log/{commit_name(0)}", ["hello"])
+    body = moto_server.client("s3").get_object(Bucket=bucket, Key=f"s3a/_delta_log/{commit_name(0)}")["Body"]
+    assert body.read() == b"hello\n"
+
+
+def test_spark_conf_chooses_the_dynamodb_store(moto_server: MotoServer) -> None:
+    table = unique_name("ddb")
+    settings = {
+        **dynamodb_conf(moto_server, table),
+        "spark.delta.logStore.s3a.impl": "io.delta.storage.S3DynamoDBLogStore",
+    }
+    bucket = moto_server.create_bucket()
+    store = create_log_store(spark_conf(settings))
+    store.write(f"s3a://{bucket}/t/_delta_log/{commit_name(0)}", ["hello"])
+    items = moto_server.client("dynamodb").scan(TableName=table)["Items"]
+    assert [(item["tablePath"]["S"], item["fileName"]["S"], item["complete"]["S"]) for item in items] == [
+        (f"s3a://{bucket}/t", commit_name(0), "true")
+    ]
+
+
+def test_spark_conf_reaches_gcs(gcs_server: GCSServer) -> None:
+    conf = spark_conf(gcs_server.conf())
+    store = create_log_store(conf)
+    assert explain_log_store("gs://b/t", conf).store_class is GCSLogStore
+    target = f"gs://{gcs_server.create_bucket()}/t/_delta_log/{commit_name(0)}"
+    store.write(target, ["hello"])
+    assert store.read(target) == ["hello"]
+
+
+@pytest.mark.parametrize("scheme", ["abfs", "abfss", "wasb", "wasbs"])
+def test_spark_conf_reaches_azure(azurite: Azurite, scheme: str) -> None:
+    settings = {f"spark.delta.logStore.{scheme}.options.connection_string": azurite.connection_string()}
+    conf = spark_conf(settings)
+    store = create_log_store(conf)
+    assert explain_log_store(f"{scheme}://c/t", conf).store_class is AzureLogStore
+    container = azurite.create_container()
+    host = "dfs" if scheme.startswith("abfs") else "blob"
+    root = f"{scheme}://{container}@{AZURITE_ACCOUNT}.{host}.core.windows.net/t"
+    store.write(f"{root}/_delta_log/{commit_name(0)}", ["hello"])
+    [status] = store.list_from(f"{root}/_delta_log/{commit_name(0)}")
+    assert status.path == f"{root}/_delta_log/{commit_name(0)}"
+    assert store.read(status.path) == ["hello"]
+
+
+def test_s3a_keys_map_to_s3fs_options() -> None:
+    conf = {
+        "fs.s3a.endpoint": "minio.local:9000",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": "AK",
+        "fs.s3a.secret.key": "SK",
+        "fs.s3a.session.token": "ST",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.endpoint.region": "eu-west-1",
+    }
+    assert s3_options("s3a", conf) == {
+        "endpoint_url": "http://minio.local:9000",
+        "key": "AK",
+        "secret": "SK",
+        "token": "ST",
+        "config_kwargs": {"s3": {"addressing_style": "path"}},
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
+    anonymous = {
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"
+    }
+    assert s3_options("s3", {"fs.s3a.endpoint": "s3.example.com", **anonymous}) == {
+        "endpoint_url": "https://s3.example.com",
+        "anon": True,
+    }
+
+
+def test_gcs_keys_map_to_gcsfs_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    assert gcs_options(
+        "gs", {"fs.gs.project.id": "p", "fs.gs.auth.service.account.json.keyfile": "/k.json"}
+    ) == {
+        "project": "p",
+        "token": "/k.json",
+    }
+    assert gcs_options(
+        "gs", {"fs.gs.auth.type": "UNAUTHENTICATED", "fs.gs.storage.root.url": "http://h:1/"}
+    ) == {
+        "token": "anon",
+        "endpoint_url": "http://h:1",
+    }
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "localhost:4443")
+    assert gcs_options("gs", {}) == {"endpoint_url": "http://localhost:4443"}
+
+
+def test_azure_keys_map_to_adlfs_options() -> None:
+    assert azure_options("abfss", {"fs.azure.account.key.acct.dfs.core.windows.net": "KEY"}) == {
+        "account_name": "acct",
+        "account_key": "KEY",
+    }
+    assert azure_options("wasbs", {"fs.azure.sas.cont.acct.blob.core.windows.net": "sv=1&sig=x"}) == {
+        "account_name": "acct",
+        "sas_token": "sv=1&sig=x",
+    }
+    oauth = {
+        "fs.azure.account.oauth2.client.id": "cid",
+        "fs.azure.account.oauth2.client.secret": "cs",
+        "fs.azure.account.oauth2.client.endpoint": "https://login.microsoftonline.com/tenant-1/oauth2/token",
+        "fs.azure.storage.connection.string": "AccountName=a;AccountKey=b",
+    }
+    assert azure_options("abfs", oauth) == {
+        "client_id": "cid",
+        "client_secret": "cs",
+        "connection_string": "AccountName=a;AccountKey=b",
+        "tenant_id": "tenant-1",
+    }
+
+
+def test_explicit_options_override_hadoop_keys() -> None:
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint": "http://from-hadoop:1",
+        "spark.delta.logStore.s3a.options.endpoint_url": "http://explicit:2",
+        "delta.logStore.gs.options.project": "explicit-project",
+        "spark.hadoop.fs.gs.project.id": "hadoop-project",
+    }
+    assert storage_options("s3a", conf)["endpoint_url"] == "http://explicit:2"
+    assert storage_options("gs", conf)["project"] == "explicit-project"
+
+
+# -- secrets ---------------------------------------------------------------------------------------
+def test_secrets_never_reach_repr_errors_or_logs(
+    moto_server: MotoServer, azurite: Azurite, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "s3cr3t-Value-That-Must-Not-Leak"
+    caplog.set_level(logging.DEBUG)
+    s3 = create_log_store(
+        {
+            **s3_conf(moto_server),
+            "spark.hadoop.fs.s3a.secret.key": secret,
+            "spark.hadoop.fs.s3a.session.token": secret,
+        }
+    )
+    bucket = moto_server.create_bucket()
+    s3.write(f"s3a://{bucket}/t/_delta_log/{commit_name(0)}", ["x"])
+    with pytest.raises(FileExistsError) as conflict:
+        s3.write(f"s3a://{bucket}/t/_delta_log/{commit_name(0)}", ["x"])
+    with pytest.raises(FileNotFoundError) as missing:
+        list(s3.list_from(f"s3a://no-such-bucket/t/_delta_log/{commit_name(0)}"))
+    azure_key = "c2VjcmV0LWF6dXJlLWtleS10aGF0LW11c3Qtbm90LWxlYWs="
+    azure = create_log_store(
+        {"spark.delta.logStore.abfs.options.connection_string": azurite.connection_string(key=azure_key)}
+    )
+    with pytest.raises(PermissionError) as denied:
+        azure.write(f"abfs://{azurite.create_container()}/t/_delta_log/{commit_name(0)}", ["x"])
+    our_logs = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("logstores"))
+    assert "LogStore" in our_logs  # the stores did log
+    for text in (repr(s3), repr(azure), str(conflict.value), str(missing.value), str(denied.value), our_logs):
+        assert secret not in text
+        assert azure_key not in text
+    assert "'secret': '***'" in repr(s3)
+    assert AWS_TEST_KEY in repr(s3) or "'key': '***'" in repr(s3)
+
+
+def test_every_cloud_store_is_exported() -> None:
+    import logstores
+
+    for name in (
+        "S3LogStore",
+        "S3SingleDriverLogStore",
+        "S3DynamoDBLogStore",
+        "GCSLogStore",
+        "AzureLogStore",
+    ):
+        assert name in logstores.__all__
+        assert issubclass(getattr(logstores, name), LogStore)

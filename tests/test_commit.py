@@ -1,0 +1,221 @@
+"""``replay.commit``: optimistic commits, conflict detection, commitInfo, in-commit timestamps."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import orjson
+import pytest
+
+from replay.actions import AddFile, CommitInfo, Metadata, Protocol, RemoveFile, SetTransaction
+from replay.commit import commit, encode_operation_parameters
+from replay.delta_log import DeltaLog
+from replay.errors import ConcurrentModificationError
+
+SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
+
+
+def new_table(uri: str, configuration: dict[str, str] | None = None) -> DeltaLog:
+    log = DeltaLog.for_table(uri)
+    metadata = Metadata(id=str(uuid.uuid4()), schema_string=SCHEMA, configuration=configuration or {})
+    assert commit(log, [Protocol(1, 2), metadata], "CREATE TABLE", read_version=-1) == 0
+    return log
+
+
+def add(path: str) -> AddFile:
+    return AddFile(path=path, size=1, modification_time=1, data_change=True)
+
+
+def remove(path: str) -> RemoveFile:
+    return RemoveFile(path=path, deletion_timestamp=int(time.time() * 1000), data_change=True)
+
+
+def lines(log: DeltaLog, version: int) -> list[dict]:
+    return [orjson.loads(line) for line in log.store.read(f"{log.log_path}/{version:020d}.json")]
+
+
+def test_creating_a_table_makes_the_log_directory(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    assert (tmp_path / "t" / "_delta_log" / f"{0:020d}.json").is_file()
+    first = lines(log, 0)
+    assert list(first[0]) == ["commitInfo"]
+    assert first[0]["commitInfo"]["operation"] == "CREATE TABLE"
+    assert "readVersion" not in first[0]["commitInfo"]
+    assert [next(iter(line)) for line in first[1:]] == ["protocol", "metaData"]
+
+
+def test_creating_a_table_needs_protocol_and_metadata(tmp_path: Path) -> None:
+    log = DeltaLog.for_table(str(tmp_path / "t"))
+    with pytest.raises(
+        ValueError, match=r"Cannot create table .*/t: the first commit needs a protocol and metadata"
+    ):
+        commit(log, [add("a")], read_version=-1)
+    with pytest.raises(ValueError, match="needs a metadata action"):
+        commit(log, [Protocol(1, 2)], read_version=-1)
+
+
+def test_commit_info_is_first_and_parameters_are_json_encoded(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    parameters = {"mode": "Append", "partitionBy": ["p"], "n": 3, "flag": True, "none": None}
+    stray = CommitInfo({"operation": "IGNORED"})
+    version = commit(log, [stray, add("a")], "WRITE", parameters, operation_metrics={"numFiles": 1})
+    assert version == 1
+    info = lines(log, 1)[0]["commitInfo"]
+    assert info["operationParameters"] == {
+        "mode": "Append",
+        "partitionBy": '["p"]',
+        "n": "3",
+        "flag": "true",
+        "none": None,
+    }
+    assert info["operation"] == "WRITE"
+    assert info["readVersion"] == 0
+    assert info["isBlindAppend"] is True
+    assert info["isolationLevel"] == "Serializable"
+    assert info["operationMetrics"] == {"numFiles": "1"}
+    assert abs(info["timestamp"] - time.time() * 1000) < 60_000
+    assert [next(iter(line)) for line in lines(log, 1)] == ["commitInfo", "add"]
+    assert encode_operation_parameters(None) == {}
+
+
+def test_blind_append_retries_after_a_concurrent_append(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    assert commit(log, [add("winner")], read_version=0) == 1
+    assert commit(log, [add("late")], read_version=0) == 2
+    assert lines(log, 2)[0]["commitInfo"]["readVersion"] == 0
+    assert sorted(a.path for a in log.snapshot().files()) == ["late", "winner"]
+
+
+def test_delete_of_a_file_removed_concurrently_conflicts(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    commit(log, [add("a"), add("b")])
+    assert commit(log, [remove("a")], "DELETE", read_version=1) == 2
+    assert commit(log, [add("c")], read_version=1) == 3
+    with pytest.raises(ConcurrentModificationError) as caught:
+        commit(log, [remove("a")], "DELETE", read_version=1)
+    assert caught.value.winning_version == 2
+    message = str(caught.value)
+    assert "ConcurrentDeleteDeleteException" in message
+    assert "(for example a)" in message
+    assert "version 2 of table" in message
+    assert log.latest_version() == 3
+
+
+def test_removing_other_files_does_not_conflict(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    commit(log, [add("a"), add("b")])
+    commit(log, [remove("a")], read_version=1)
+    assert commit(log, [remove("b")], read_version=1) == 3
+    assert log.snapshot().files() == []
+
+
+@pytest.mark.parametrize(
+    ("winner", "expected"),
+    [
+        (Protocol(1, 4), "ProtocolChangedException"),
+        (Metadata(id="other", schema_string=SCHEMA), "MetadataChangedException"),
+        (SetTransaction("app", 7, 1), "ConcurrentTransactionException"),
+    ],
+)
+def test_winner_changing_protocol_metadata_or_same_txn_conflicts(
+    tmp_path: Path, winner: object, expected: str
+) -> None:
+    log = new_table(str(tmp_path / "t"))
+    commit(log, [winner], read_version=0)
+    with pytest.raises(ConcurrentModificationError, match=expected) as caught:
+        commit(log, [SetTransaction("app", 8, 2), add("x")], read_version=0)
+    assert caught.value.winning_version == 1
+
+
+def test_other_application_ids_do_not_conflict(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    commit(log, [SetTransaction("other", 1, 1)], read_version=0)
+    assert commit(log, [SetTransaction("app", 1, 1), add("x")], read_version=0) == 2
+    assert log.snapshot().set_transactions == {"other": 1, "app": 1}
+
+
+def test_whole_table_readers_conflict_with_concurrent_appends(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    commit(log, [add("new")], read_version=0)
+    with pytest.raises(ConcurrentModificationError, match=r"ConcurrentAppendException.*\(for example new\)"):
+        commit(log, [add("replacement")], "WRITE", read_version=0, reads_whole_table=True)
+
+
+def test_concurrent_table_creation_conflicts(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    new_table(uri)
+    with pytest.raises(ConcurrentModificationError, match="writing to an empty directory") as caught:
+        new_table(uri)
+    assert caught.value.winning_version == 0
+
+
+def test_gives_up_after_max_attempts(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    commit(log, [add("a")])
+    commit(log, [add("b")])
+    with pytest.raises(ConcurrentModificationError, match="after 1 attempts") as caught:
+        commit(log, [add("c")], read_version=0, max_attempts=1)
+    assert caught.value.winning_version == 2
+
+
+def test_in_commit_timestamps_are_monotonic(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"), {"delta.enableInCommitTimestamps": "true"})
+    first = lines(log, 0)[0]["commitInfo"]
+    assert next(iter(first)) == "inCommitTimestamp"
+    # a commit from a writer whose clock runs far ahead
+    future = first["inCommitTimestamp"] + 10_000_000
+    ahead = orjson.dumps({"commitInfo": {"inCommitTimestamp": future, "timestamp": future}}).decode()
+    log.store.write(f"{log.log_path}/{1:020d}.json", [ahead], overwrite=False)
+    assert commit(log, [add("a")]) == 2
+    assert lines(log, 2)[0]["commitInfo"]["inCommitTimestamp"] == future + 1
+    assert commit(log, [add("b")], read_version=1) == 3  # retried past the race, still monotonic
+    assert lines(log, 3)[0]["commitInfo"]["inCommitTimestamp"] == future + 2
+
+
+def test_no_in_commit_timestamps_unless_enabled(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    commit(log, [add("a")])
+    assert "inCommitTimestamp" not in lines(log, 1)[0]["commitInfo"]
+
+
+# -- many writers ------------------------------------------------------------------------------------
+WRITERS = 4
+APPENDS = 25
+
+
+def append_many(uri: str, writer: int) -> list[int]:
+    """One writer's appends: each commit is blind (read version = latest at call time)."""
+    log = DeltaLog.for_table(uri)
+    return [commit(log, [add(f"w{writer}-{index}")]) for index in range(APPENDS)]
+
+
+def check_all_committed(uri: str, versions: list[int]) -> None:
+    log = DeltaLog.for_table(uri)
+    assert sorted(versions) == list(range(1, WRITERS * APPENDS + 1))
+    snapshot = log.snapshot()
+    assert snapshot.version == WRITERS * APPENDS
+    paths = [a.path for a in snapshot.files()]
+    assert sorted(paths) == sorted(f"w{w}-{i}" for w in range(WRITERS) for i in range(APPENDS))
+    for version in range(1, WRITERS * APPENDS + 1):
+        assert sum(isinstance(a, AddFile) for a in log.read_version(version)) == 1
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_four_writer_threads(tmp_path: Path, where: str) -> None:
+    uri = str(tmp_path / "t") if where == "local" else f"memory://commit-{uuid.uuid4().hex}/t"
+    new_table(uri)
+    with ThreadPoolExecutor(WRITERS) as pool:
+        results = list(pool.map(append_many, [uri] * WRITERS, range(WRITERS)))
+    check_all_committed(uri, [v for versions in results for v in versions])
+
+
+def test_four_writer_processes_on_local_disk(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    new_table(uri)
+    with ProcessPoolExecutor(WRITERS, mp_context=get_context("spawn")) as pool:
+        results = list(pool.map(append_many, [uri] * WRITERS, range(WRITERS)))
+    check_all_committed(uri, [v for versions in results for v in versions])

@@ -1,0 +1,215 @@
+"""Reading table data: golden tables' expected rows, partition values, column mapping, DVs, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from replay.actions import AddFile, Metadata
+from replay.data import (
+    DataFileNotFoundError,
+    TableReader,
+    conform_column,
+    parse_partition_value,
+    partition_value_array,
+    read_files,
+    read_snapshot,
+)
+from replay.delta_log import DeltaLog
+from replay.schema import PrimitiveType, parse_schema
+
+GOLDEN = Path(__file__).resolve().parents[1].parent / "shared/testdata/delta-golden"
+
+DAT_CASES = sorted(
+    (case.name, version.name)
+    for case in (GOLDEN / "dat").iterdir()
+    if (case / "expected").is_dir()
+    for version in (case / "expected").iterdir()
+)
+SPARK_GOLDEN_CASES = sorted(
+    case.name for case in (GOLDEN / "delta-spark-golden").iterdir() if (case / "expected").is_dir()
+)
+TIMESTAMP_DISPUTED = "data-reader-partition-values"
+"""Spark wrote its ``as_timestamp`` partition value in the writer's local time zone; the protocol
+(and this library, like Delta Kernel) reads a zone-less partition timestamp as UTC."""
+
+
+def rows(table: pa.Table, columns: list[str] | None = None) -> list[str]:
+    """The rows of ``table`` as a sorted list of reprs (an order-free multiset)."""
+    names = columns if columns is not None else sorted(table.column_names)
+    return sorted(repr(row) for row in table.select(names).to_pylist(maps_as_pydicts="strict"))
+
+
+def expected_table(folder: Path, schema: pa.Schema) -> pa.Table:
+    parts = [pq.read_table(part) for part in sorted(folder.glob("*.parquet"))]
+    table = pa.concat_tables(parts, promote_options="permissive")
+    return pa.table({name: table.column(name).cast(schema.field(name).type) for name in schema.names})
+
+
+@pytest.mark.parametrize(("case", "version"), DAT_CASES, ids=[f"{c}-{v}" for c, v in DAT_CASES])
+def test_dat_table_content(case: str, version: str) -> None:
+    delta_log = DeltaLog.for_table(str(GOLDEN / "dat" / case / "delta"))
+    snapshot = delta_log.snapshot(None if version == "latest" else int(version[1:]))
+    got = read_snapshot(snapshot)
+    expected = expected_table(GOLDEN / "dat" / case / "expected" / version / "table_content", got.schema)
+    assert got.schema.names == snapshot.schema.field_names
+    assert rows(got) == rows(expected)
+
+
+@pytest.mark.parametrize("case", SPARK_GOLDEN_CASES)
+def test_spark_golden_table_content(case: str) -> None:
+    snapshot = DeltaLog.for_table(str(GOLDEN / "delta-spark-golden" / case / "delta")).snapshot()
+    got = read_snapshot(snapshot)
+    expected = expected_table(GOLDEN / "delta-spark-golden" / case / "expected", got.schema)
+    if case == TIMESTAMP_DISPUTED:
+        utc = dt.datetime(2021, 9, 8, 11, 11, 11, tzinfo=dt.UTC)
+        assert [value for value in got.column("as_timestamp").to_pylist() if value] == [utc, utc]
+        kept = [name for name in got.column_names if name != "as_timestamp"]
+        assert rows(got, sorted(kept)) == rows(expected, sorted(kept))
+        return
+    assert rows(got) == rows(expected)
+
+
+def test_columns_are_selected_in_the_order_asked() -> None:
+    snapshot = DeltaLog.for_table(str(GOLDEN / "dat/basic_partitioned/delta")).snapshot()
+    got = read_snapshot(snapshot, columns=["number", "letter"])
+    assert got.column_names == ["number", "letter"]
+    assert sorted(got.to_pylist(), key=lambda r: r["number"]) == [
+        {"number": n, "letter": letter}
+        for n, letter in [(1, "a"), (2, "b"), (3, "c"), (4, "a"), (5, "e"), (6, "f")]
+    ]
+    with pytest.raises(KeyError, match="no field 'nope' in schema"):
+        read_snapshot(snapshot, columns=["nope"])
+
+
+def test_deletion_vectors_are_applied() -> None:
+    snapshot = DeltaLog.for_table(str(GOLDEN / "dat/deletion_vectors/delta")).snapshot()
+    (add,) = snapshot.files()
+    reader = TableReader.for_metadata(snapshot.table_path, snapshot.metadata, snapshot.protocol)
+    everything = reader.read_file(add, row_filter=False)
+    assert everything.num_rows == 5
+    assert reader.read_file(add).to_pylist() == [everything.to_pylist()[1]]
+
+
+def test_column_mapping_id_mode_matches_parquet_field_ids(tmp_path: Path) -> None:
+    schema_string = (
+        '{"type":"struct","fields":[{"name":"a","type":"long","nullable":true,"metadata":'
+        '{"delta.columnMapping.id":5,"delta.columnMapping.physicalName":"col-a"}}]}'
+    )
+    field = pa.field("renamed-in-file", pa.int64(), metadata={b"PARQUET:field_id": b"5"})
+    pq.write_table(pa.table({"renamed-in-file": [1, 2]}, schema=pa.schema([field])), tmp_path / "f.parquet")
+    add = AddFile(path="f.parquet", size=1)
+    for mode, expected in (("id", [1, 2]), ("name", [None, None])):
+        metadata = Metadata(
+            id="t", schema_string=schema_string, configuration={"delta.columnMapping.mode": mode}
+        )
+        got = read_files([add], table_path=str(tmp_path), metadata=metadata)
+        assert got.column("a").to_pylist() == expected
+
+
+def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    shutil.copytree(GOLDEN / "dat/basic_append/delta", table)
+    snapshot = DeltaLog.for_table(str(table)).snapshot()
+    victim = snapshot.files()[0]
+    (table / victim.path).unlink()
+    with pytest.raises(DataFileNotFoundError, match=f"Data file file://{table}/{victim.path} of table"):
+        read_snapshot(snapshot)
+    reader = TableReader.for_metadata(snapshot.table_path, snapshot.metadata)
+    assert reader.read_files([victim], ignore_missing=True).num_rows == 0
+
+
+def test_reads_through_a_non_local_filesystem() -> None:
+    """``memory://`` goes through fsspec's byte path (the one object stores use)."""
+    memory = fsspec.filesystem("memory")
+    root = "/data-test-table"
+    memory.put(str(GOLDEN / "dat/multi_partitioned/delta"), root, recursive=True)
+    try:
+        snapshot = DeltaLog.for_table(f"memory://{root}").snapshot()
+        expected = read_snapshot(DeltaLog.for_table(str(GOLDEN / "dat/multi_partitioned/delta")).snapshot())
+        assert rows(read_snapshot(snapshot)) == rows(expected)
+    finally:
+        memory.rm(root, recursive=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "type_name", "expected"),
+    [
+        ("42", "integer", 42),
+        ("-7", "long", -7),
+        ("3", "byte", 3),
+        ("1.5", "double", 1.5),
+        ("true", "boolean", True),
+        ("FALSE", "boolean", False),
+        ("2021-09-08", "date", dt.date(2021, 9, 8)),
+        ("2021-09-08 11:11:11", "timestamp", dt.datetime(2021, 9, 8, 11, 11, 11, tzinfo=dt.UTC)),
+        ("2024-01-01T10:00:00.000000Z", "timestamp", dt.datetime(2024, 1, 1, 10, tzinfo=dt.UTC)),
+        ("2021-09-08 11:11:11.123456", "timestamp_ntz", dt.datetime(2021, 9, 8, 11, 11, 11, 123456)),
+        ("1.23", "decimal(5,2)", Decimal("1.23")),
+        ("abc", "binary", b"abc"),
+        ("", "string", ""),
+        ("", "integer", None),
+        (None, "string", None),
+    ],
+)
+def test_partition_value_parsing(value: str | None, type_name: str, expected: Any) -> None:
+    assert parse_partition_value(value, PrimitiveType(type_name)) == expected
+
+
+def test_invalid_partition_value_names_value_and_type() -> None:
+    with pytest.raises(ValueError, match="Cannot parse partition value 'x1' as integer"):
+        parse_partition_value("x1", PrimitiveType("integer"))
+    with pytest.raises(ValueError, match="Cannot parse partition value 'yes' as boolean"):
+        parse_partition_value("yes", PrimitiveType("boolean"))
+
+
+def test_partition_value_array_types() -> None:
+    array = partition_value_array("2021-09-08 11:11:11", PrimitiveType("timestamp"), 2)
+    assert array.type == pa.timestamp("us", tz="UTC")
+    assert array.to_pylist() == [dt.datetime(2021, 9, 8, 11, 11, 11, tzinfo=dt.UTC)] * 2
+    assert partition_value_array(None, PrimitiveType("long"), 3).to_pylist() == [None, None, None]
+
+
+def test_nested_physical_names_are_renamed() -> None:
+    schema = parse_schema(
+        '{"type":"struct","fields":[{"name":"s","nullable":true,"metadata":'
+        '{"delta.columnMapping.physicalName":"col-1"},"type":{"type":"struct","fields":['
+        '{"name":"x","type":"long","nullable":true,"metadata":{"delta.columnMapping.physicalName":"col-2"}},'
+        '{"name":"gone","type":"string","nullable":true,"metadata":{"delta.columnMapping.physicalName":"col-3"}}'
+        "]}}]}"
+    )
+    physical = pa.array([{"col-2": 1}, None, {"col-2": 3}], pa.struct([pa.field("col-2", pa.int32())]))
+    got = conform_column(physical, schema.fields[0].type, "name")
+    assert got.to_pylist() == [{"x": 1, "gone": None}, None, {"x": 3, "gone": None}]
+    assert got.type == pa.struct([pa.field("x", pa.int64()), pa.field("gone", pa.string())])
+
+
+def test_read_files_of_an_empty_list_has_the_schema() -> None:
+    snapshot = DeltaLog.for_table(str(GOLDEN / "dat/basic_partitioned/delta")).snapshot()
+    empty = read_files([], table_path=snapshot.table_path, metadata=snapshot.metadata)
+    assert empty.num_rows == 0
+    assert empty.schema.names == ["letter", "number", "a_float"]
+
+
+def test_partition_values_keyed_by_physical_name() -> None:
+    snapshot = DeltaLog.for_table(str(GOLDEN / "delta-rs/table_with_column_mapping/delta")).snapshot()
+    column = "Company Very Short"
+    physical = snapshot.schema.field(column).physical_name
+    assert physical != column
+    add = snapshot.files()[0]
+    assert physical in add.partition_values
+    got = read_files([add], table_path=snapshot.table_path, metadata=snapshot.metadata, columns=[column])
+    assert set(got.column(column).to_pylist()) == {add.partition_values[physical]}
+
+
+def test_unknown_files_in_add_are_not_needed() -> None:
+    add = AddFile(path="x.parquet")
+    assert add.partition_values == {}

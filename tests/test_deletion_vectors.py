@@ -1,0 +1,197 @@
+"""Deletion vectors: Z85, descriptor paths, the roaring bitmap format and every integrity check."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay.actions import DeletionVectorDescriptor
+from replay.deletion_vectors import (
+    NATIVE_MAGIC,
+    CorruptDeletionVectorError,
+    DeletionVectorError,
+    DeletionVectorNotFoundError,
+    decode_inline,
+    decode_uuid,
+    deserialize_bitmap,
+    dv_file_path,
+    encode_uuid,
+    frame_for_file,
+    read_deletion_vector,
+    serialize_bitmap,
+    z85_decode,
+    z85_encode,
+)
+
+DAT_DV_UUID = "8aebe228-b96c-4831-b0b6-22882eb9a3d3"
+CHECKSUM_MESSAGE = r"at offset 1 fails its checksum \(stored 0x817940f8, computed 0x81794007\)"
+
+
+def dat_descriptor(**changes: object) -> DeletionVectorDescriptor:
+    """The descriptor of dat/deletion_vectors (rows 0, 2, 3, 4 of its only file are deleted)."""
+    values = {
+        "storage_type": "u",
+        "path_or_inline_dv": "ITfmIXOK!>U^L:if1E+a",
+        "offset": 1,
+        "size_in_bytes": 40,
+        "cardinality": 4,
+        **changes,
+    }
+    return DeletionVectorDescriptor(**values)  # type: ignore[arg-type]
+
+
+def inline(values: list[int] | np.ndarray) -> DeletionVectorDescriptor:
+    data = serialize_bitmap(values)
+    return DeletionVectorDescriptor("i", z85_encode(data), None, len(data), len(np.unique(values)))
+
+
+def test_z85_matches_the_specification_test_vector() -> None:
+    raw = bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B])
+    assert z85_encode(raw) == "HelloWorld"
+    assert z85_decode("HelloWorld") == raw
+
+
+def test_z85_rejects_bad_length_and_characters() -> None:
+    with pytest.raises(CorruptDeletionVectorError, match="multiple of 5, got 4"):
+        z85_decode("abcd")
+    with pytest.raises(CorruptDeletionVectorError, match="invalid Z85 character"):
+        z85_decode("abc d")
+
+
+def test_uuid_descriptor_names_the_dv_file_of_the_golden_table(golden_root: Path) -> None:
+    table = golden_root / "dat/deletion_vectors/delta"
+    assert str(decode_uuid("ITfmIXOK!>U^L:if1E+a")) == DAT_DV_UUID
+    assert dv_file_path(dat_descriptor(), str(table)) == f"{table}/deletion_vector_{DAT_DV_UUID}.bin"
+    assert Path(dv_file_path(dat_descriptor(), str(table)) or "").is_file()
+    assert encode_uuid(uuid.UUID(DAT_DV_UUID)) == "ITfmIXOK!>U^L:if1E+a"
+
+
+def test_uuid_descriptor_with_a_random_prefix_uses_a_subdirectory() -> None:
+    descriptor = dat_descriptor(path_or_inline_dv="ab" + "ITfmIXOK!>U^L:if1E+a")
+    assert dv_file_path(descriptor, "s3://bucket/t/") == f"s3://bucket/t/ab/deletion_vector_{DAT_DV_UUID}.bin"
+
+
+def test_unknown_storage_type_is_refused() -> None:
+    with pytest.raises(DeletionVectorError, match="Unknown deletion vector storage type 'x'"):
+        dv_file_path(dat_descriptor(storage_type="x"), "/t")
+
+
+def test_reads_the_golden_dv_file(golden_root: Path) -> None:
+    rows = read_deletion_vector(dat_descriptor(), str(golden_root / "dat/deletion_vectors/delta"))
+    assert rows.dtype == np.uint64
+    assert rows.tolist() == [0, 2, 3, 4]
+
+
+def test_reads_a_run_container(golden_root: Path) -> None:
+    table = golden_root / "kernel-rs/compacted-log-files-table/delta"
+    descriptors = [
+        DeletionVectorDescriptor.from_dict(entry["add"]["deletionVector"])
+        for entry in _log_entries(table)
+        if "add" in entry and (entry["add"].get("deletionVector") or {}).get("sizeInBytes") == 35
+    ]
+    assert descriptors, "the table has a DV stored with a run container"
+    rows = read_deletion_vector(descriptors[0], str(table))
+    assert rows.tolist() == [0, 1, 2, 3, 4, 6]
+
+
+def _log_entries(table: Path) -> list[dict]:
+    import orjson
+
+    entries = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        if commit.name.count(".") == 1:
+            entries += [orjson.loads(line) for line in commit.read_bytes().splitlines() if line.strip()]
+    return entries
+
+
+def test_roundtrip_covers_array_bitmap_containers_and_high_keys() -> None:
+    values = np.concatenate(
+        [
+            np.arange(0, 10_000, 2, dtype=np.uint64),  # 5000 values in container 0: a bitmap container
+            np.array([70_000, 70_001], dtype=np.uint64),  # container 1: an array container
+            np.array([(5 << 32) + 7, (5 << 32) + 65_536 * 3], dtype=np.uint64),  # another 32-bit bitmap
+        ]
+    )
+    decoded = deserialize_bitmap(serialize_bitmap(values))
+    assert decoded.tolist() == values.tolist()
+
+
+def test_native_format_uses_implicit_keys() -> None:
+    portable = serialize_bitmap([1, 2, 3])
+    roaring32 = portable[16:]  # skip magic, count and the key of the single bitmap
+    native = struct.pack("<ii", NATIVE_MAGIC, 2) + roaring32 + roaring32
+    assert deserialize_bitmap(native).tolist() == [1, 2, 3, (1 << 32) + 1, (1 << 32) + 2, (1 << 32) + 3]
+
+
+def test_bad_magic_number_is_reported() -> None:
+    with pytest.raises(CorruptDeletionVectorError, match="Unexpected RoaringBitmapArray magic number 42"):
+        deserialize_bitmap(struct.pack("<iq", 42, 0))
+
+
+def test_truncated_bitmap_is_reported() -> None:
+    data = serialize_bitmap([1, 2, 3])
+    with pytest.raises(CorruptDeletionVectorError, match="truncated or malformed"):
+        deserialize_bitmap(data[:-3])
+
+
+def test_inline_descriptor() -> None:
+    assert decode_inline(inline([9, 3, 5])).tolist() == [3, 5, 9]
+
+
+def test_inline_cardinality_mismatch() -> None:
+    descriptor = inline([1, 2])
+    wrong = DeletionVectorDescriptor("i", descriptor.path_or_inline_dv, None, descriptor.size_in_bytes, 3)
+    with pytest.raises(CorruptDeletionVectorError, match="holds 2 rows, descriptor cardinality is 3"):
+        decode_inline(wrong)
+
+
+def _copy_dv(golden_root: Path, tmp_path: Path) -> Path:
+    source = golden_root / f"dat/deletion_vectors/delta/deletion_vector_{DAT_DV_UUID}.bin"
+    target = tmp_path / f"deletion_vector_{DAT_DV_UUID}.bin"
+    shutil.copy(source, target)
+    return target
+
+
+def test_checksum_mismatch_is_reported(golden_root: Path, tmp_path: Path) -> None:
+    dv_file = _copy_dv(golden_root, tmp_path)
+    data = bytearray(dv_file.read_bytes())
+    data[-1] ^= 0xFF
+    dv_file.write_bytes(bytes(data))
+    with pytest.raises(
+        CorruptDeletionVectorError,
+        match=CHECKSUM_MESSAGE,
+    ):
+        read_deletion_vector(dat_descriptor(), str(tmp_path))
+
+
+def test_size_mismatch_is_reported(golden_root: Path, tmp_path: Path) -> None:
+    _copy_dv(golden_root, tmp_path)
+    with pytest.raises(CorruptDeletionVectorError, match="at offset 1 has size 40, descriptor says 36"):
+        read_deletion_vector(dat_descriptor(size_in_bytes=36), str(tmp_path))
+
+
+def test_truncated_file_is_reported(golden_root: Path, tmp_path: Path) -> None:
+    dv_file = _copy_dv(golden_root, tmp_path)
+    dv_file.write_bytes(dv_file.read_bytes()[:30])
+    with pytest.raises(CorruptDeletionVectorError, match="is truncated: 29 bytes, expected 48"):
+        read_deletion_vector(dat_descriptor(), str(tmp_path))
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    expected = f"{tmp_path}/deletion_vector_{DAT_DV_UUID}.bin"
+    with pytest.raises(DeletionVectorNotFoundError, match=f"Deletion vector file {expected} does not exist"):
+        read_deletion_vector(dat_descriptor(), str(tmp_path))
+
+
+def test_absolute_path_descriptor_is_url_decoded(tmp_path: Path) -> None:
+    folder = tmp_path / "with space"
+    folder.mkdir()
+    (folder / "my dv.bin").write_bytes(b"\x01" + frame_for_file(serialize_bitmap([4, 8])))
+    uri = f"file://{folder}/my%20dv.bin".replace("with space", "with%20space")
+    descriptor = DeletionVectorDescriptor("p", uri, 1, len(serialize_bitmap([4, 8])), 2)
+    assert read_deletion_vector(descriptor, "/unused").tolist() == [4, 8]
