@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import fsspec.asyn
@@ -28,7 +28,6 @@ from azure.core.exceptions import (
 )
 from fsspec import AbstractFileSystem
 
-from logstores.base import LineIterator
 from logstores.errors import LogStoreError
 from logstores.filesystem import Location
 from logstores.object_store import (
@@ -124,25 +123,6 @@ class AzureLogStore(ObjectStoreLogStore):
         return fsspec.asyn.sync(fs.loop, call)
 
     # -- reading -----------------------------------------------------------------------------
-    def read_as_iterator(self, path: str) -> LineIterator:
-        location = self.locate(path)
-
-        def opener() -> IO[bytes]:
-            with self._translated(location):
-                return location.fs.open(location.path, "rb")
-
-        return LineIterator(opener)
-
-    def read_bytes(self, path: str) -> bytes:
-        location = self.locate(path)
-        with self._translated(location):
-            return location.fs.cat_file(location.path)
-
-    def open_input(self, path: str) -> IO[bytes]:
-        location = self.locate(path)
-        with self._translated(location):
-            return location.fs.open(location.path, "rb")
-
     def _read_back(self, location: Location) -> StoredObject | None:
         async def download(client: Any) -> StoredObject:
             downloader = await client.download_blob()

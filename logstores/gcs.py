@@ -12,11 +12,10 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 from fsspec import AbstractFileSystem
 
-from logstores.base import LineIterator
 from logstores.errors import LogStoreError
 from logstores.filesystem import Location
 from logstores.object_store import (
@@ -106,25 +105,6 @@ class GCSLogStore(ObjectStoreLogStore):
         return FileNotFoundError(f"GCS bucket '{bucket}' does not exist ({location.qualify(location.path)})")
 
     # -- reading -----------------------------------------------------------------------------
-    def read_as_iterator(self, path: str) -> LineIterator:
-        location = self.locate(path)
-
-        def opener() -> IO[bytes]:
-            with self._translated(location):
-                return location.fs.open(location.path, "rb")
-
-        return LineIterator(opener)
-
-    def read_bytes(self, path: str) -> bytes:
-        location = self.locate(path)
-        with self._translated(location):
-            return location.fs.cat_file(location.path)
-
-    def open_input(self, path: str) -> IO[bytes]:
-        location = self.locate(path)
-        with self._translated(location):
-            return location.fs.open(location.path, "rb")
-
     def _read_back(self, location: Location) -> StoredObject | None:
         try:
             info = location.fs.info(location.path)

@@ -20,19 +20,21 @@ of after the SDKs' retry schedules.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import IO, ClassVar
 from urllib.parse import urlsplit
 
 from fsspec import AbstractFileSystem
 
+from logstores.base import LineIterator
 from logstores.errors import LogStoreError
-from logstores.filesystem import FileSystemLogStore
+from logstores.filesystem import FileSystemLogStore, Location
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +124,11 @@ class ObjectStoreLogStore(FileSystemLogStore):
         """The explicitly configured endpoint ``fs`` talks to, if any."""
         return None
 
+    @contextlib.contextmanager
+    def _translated(self, location: Location) -> Iterator[None]:
+        """Re-raise SDK errors as clear ones naming the path, bucket or endpoint (per store)."""
+        yield
+
     def filesystem(self, path: str) -> AbstractFileSystem:
         fs = super().filesystem(path)
         endpoint = self.custom_endpoint(fs)
@@ -131,3 +138,23 @@ class ObjectStoreLogStore(FileSystemLogStore):
                     check_endpoint_reachable(endpoint, self.service, self.endpoint_settings)
                     self._probed.add(endpoint)
         return fs
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_as_iterator(self, path: str) -> LineIterator:
+        location = self.locate(path)
+
+        def opener() -> IO[bytes]:
+            with self._translated(location):
+                return location.fs.open(location.path, "rb")
+
+        return LineIterator(opener)
+
+    def read_bytes(self, path: str) -> bytes:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.cat_file(location.path)
+
+    def open_input(self, path: str) -> IO[bytes]:
+        location = self.locate(path)
+        with self._translated(location):
+            return location.fs.open(location.path, "rb")

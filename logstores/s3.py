@@ -18,7 +18,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import fsspec.asyn
 from botocore.exceptions import (
@@ -30,7 +30,7 @@ from botocore.exceptions import (
 )
 from fsspec import AbstractFileSystem
 
-from logstores.base import LineIterator
+from logstores.conf import get_delta_conf
 from logstores.errors import ConditionalWriteUnsupportedError, LogStoreError
 from logstores.filesystem import Location, path_lock
 from logstores.object_store import (
@@ -44,7 +44,8 @@ from logstores.object_store import (
 logger = logging.getLogger(__name__)
 
 VERIFY_CONDITIONAL_WRITES_KEY = "spark.delta.logStore.s3.verifyConditionalWrites"
-"""``false`` skips the one-time check that a bucket enforces ``If-None-Match`` (3 requests)."""
+"""``false`` (also without ``spark.``) skips the one-time check that a bucket enforces
+``If-None-Match`` (3 requests per bucket and store)."""
 
 LIST_PAGE_SIZE = 1000
 _UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError)
@@ -105,11 +106,9 @@ class S3BaseLogStore(ObjectStoreLogStore):
     def _endpoint_name(self, fs: AbstractFileSystem) -> str:
         return self.custom_endpoint(fs) or "the AWS S3 endpoint"
 
-    def _raise_translated(
-        self, exc: BaseException, location: Location, target: str | None = None
-    ) -> NoReturn:
+    def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
         """Re-raise ``exc`` as a clear error naming the path, bucket or endpoint."""
-        uri = target or location.qualify(location.path)
+        uri = location.qualify(location.path)
         bucket = location.path.split("/", 1)[0]
         code, status = _error_code(exc)
         if isinstance(exc, _UNREACHABLE):
@@ -151,25 +150,6 @@ class S3BaseLogStore(ObjectStoreLogStore):
         return fsspec.asyn.sync(fs.loop, call)
 
     # -- reading -----------------------------------------------------------------------------
-    def read_as_iterator(self, path: str) -> LineIterator:
-        location = self.locate(path)
-
-        def opener() -> IO[bytes]:
-            with self._translated(location):
-                return location.fs.open(location.path, "rb")
-
-        return LineIterator(opener)
-
-    def read_bytes(self, path: str) -> bytes:
-        location = self.locate(path)
-        with self._translated(location):
-            return location.fs.cat_file(location.path)
-
-    def open_input(self, path: str) -> IO[bytes]:
-        location = self.locate(path)
-        with self._translated(location):
-            return location.fs.open(location.path, "rb")
-
     def _read_back(self, location: Location) -> StoredObject | None:
         bucket, key, _ = location.fs.split_path(location.path)
         try:
@@ -222,6 +202,17 @@ class S3BaseLogStore(ObjectStoreLogStore):
                 raise FileNotFoundError(f"No such file or directory: {location.qualify(location.parent)}")
         return entries
 
+    def _object_exists(self, location: Location) -> bool:
+        """Whether the object exists: one HEAD request (s3fs' ``exists`` may list as well)."""
+        bucket, key, _ = location.fs.split_path(location.path)
+        try:
+            self._call(location, "head_object", Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if _error_code(exc)[1] == 404 and _error_code(exc)[0] != "NoSuchBucket":
+                return False
+            self._raise_translated(exc, location)
+        return True
+
     def _prefix_exists(self, fs: AbstractFileSystem, bucket: str, prefix: str) -> bool:
         page = fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
         return bool(page.get("KeyCount") or page.get("Contents"))
@@ -235,8 +226,8 @@ class S3BaseLogStore(ObjectStoreLogStore):
     def _plain_put_if_absent(self, location: Location, data: bytes) -> None:
         """Existence check then write, under a per-path lock (one process only)."""
         target = location.qualify(location.path)
-        with path_lock(target), self._translated(location):
-            if location.fs.exists(location.path):
+        with path_lock(target):
+            if self._object_exists(location):
                 raise FileExistsError(target)
             self._overwrite(location, data)
 
@@ -301,7 +292,7 @@ class S3LogStore(S3BaseLogStore):
         """Once per bucket: a second conditional put of a probe key must be refused."""
         if bucket in self._verified_buckets:
             return
-        if str(self.conf.get(VERIFY_CONDITIONAL_WRITES_KEY, "true")).strip().lower() == "false":
+        if (get_delta_conf(self.conf, VERIFY_CONDITIONAL_WRITES_KEY) or "true").strip().lower() == "false":
             return
         with self._verify_lock:
             if bucket in self._verified_buckets:

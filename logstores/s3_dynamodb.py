@@ -34,6 +34,7 @@ Credentials: boto3's standard chain (environment, profile, instance role); if th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -42,12 +43,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from logstores.base import FileStatus
 from logstores.conf import hadoop_conf
 from logstores.errors import LogStoreConfError, LogStoreError
 from logstores.filesystem import Location, path_lock
+from logstores.object_store import check_endpoint_reachable
 from logstores.s3 import S3BaseLogStore
 
 logger = logging.getLogger(__name__)
@@ -70,6 +74,7 @@ ATTR_TEMP_PATH = "tempPath"
 ATTR_COMPLETE = "complete"
 ATTR_EXPIRE_TIME = "expireTime"
 DELTA_LOG_DIR = "_delta_log"
+_DENIED_CODES = {"UnrecognizedClientException", "AccessDeniedException", "InvalidSignatureException"}
 
 
 def get_param(conf: Mapping[str, str], name: str, default: str | None) -> str | None:
@@ -184,11 +189,16 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         """The boto3 DynamoDB client; the table is created on first use if missing."""
         with self._client_lock:
             if self._client is None:
-                import boto3
-
+                if self.endpoint:
+                    check_endpoint_reachable(self.endpoint, "DynamoDB", f"{SPARK_CONF_PREFIX}{DDB_ENDPOINT}")
                 credentials = self._credentials if self._credentials["aws_access_key_id"] else {}
+                config = Config(connect_timeout=10, retries={"total_max_attempts": 3, "mode": "standard"})
                 client = boto3.session.Session().client(
-                    "dynamodb", region_name=self.region, endpoint_url=self.endpoint, **credentials
+                    "dynamodb",
+                    region_name=self.region,
+                    endpoint_url=self.endpoint,
+                    config=config,
+                    **credentials,
                 )
                 self._ensure_table(client)
                 self._client = client
@@ -247,36 +257,55 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         except ClientError as exc:  # TTL is housekeeping only
             logger.warning("could not enable TTL on DynamoDB table `%s`: %s", self.table_name, exc)
 
+    @contextlib.contextmanager
+    def _dynamodb_errors(self) -> Iterator[None]:
+        """Credential and missing-table errors named with the table and region."""
+        try:
+            yield
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            where = f"DynamoDB table `{self.table_name}` in {self.region}"
+            if code in _DENIED_CODES:
+                raise PermissionError(
+                    f"access to {where} was denied ({code}); check the AWS credentials"
+                ) from exc
+            if code == "ResourceNotFoundException":
+                raise LogStoreError(f"{where} does not exist (was it deleted?)") from exc
+            raise
+
     def put_external_entry(self, entry: ExternalCommitEntry, overwrite: bool) -> None:
         """Put the item; unless ``overwrite``, only if absent (else :class:`FileExistsError`)."""
         request: dict[str, Any] = {"TableName": self.table_name, "Item": entry.to_item()}
         if not overwrite:
             request["ConditionExpression"] = f"attribute_not_exists({ATTR_FILE_NAME})"
         try:
-            self.client.put_item(**request)
+            with self._dynamodb_errors():
+                self.client.put_item(**request)
         except self.client.exceptions.ConditionalCheckFailedException:
             raise FileExistsError(entry.absolute_file_path) from None
 
     def get_external_entry(self, table_path: str, file_name: str) -> ExternalCommitEntry | None:
         """The entry of ``file_name`` (consistent read), or ``None``."""
-        response = self.client.get_item(
-            TableName=self.table_name,
-            Key={ATTR_TABLE_PATH: {"S": table_path}, ATTR_FILE_NAME: {"S": file_name}},
-            ConsistentRead=True,
-        )
+        with self._dynamodb_errors():
+            response = self.client.get_item(
+                TableName=self.table_name,
+                Key={ATTR_TABLE_PATH: {"S": table_path}, ATTR_FILE_NAME: {"S": file_name}},
+                ConsistentRead=True,
+            )
         item = response.get("Item")
         return ExternalCommitEntry.from_item(item) if item else None
 
     def get_latest_external_entry(self, table_path: str) -> ExternalCommitEntry | None:
         """The entry with the greatest ``fileName`` of the table (consistent query), or ``None``."""
-        response = self.client.query(
-            TableName=self.table_name,
-            KeyConditionExpression=f"{ATTR_TABLE_PATH} = :table",
-            ExpressionAttributeValues={":table": {"S": table_path}},
-            ScanIndexForward=False,
-            Limit=1,
-            ConsistentRead=True,
-        )
+        with self._dynamodb_errors():
+            response = self.client.query(
+                TableName=self.table_name,
+                KeyConditionExpression=f"{ATTR_TABLE_PATH} = :table",
+                ExpressionAttributeValues={":table": {"S": table_path}},
+                ScanIndexForward=False,
+                Limit=1,
+                ConsistentRead=True,
+            )
         items = response.get("Items") or []
         return ExternalCommitEntry.from_item(items[0]) if items else None
 
@@ -301,9 +330,8 @@ class S3DynamoDBLogStore(S3BaseLogStore):
             self._commit(location, target, data)
 
     def _commit(self, location: Location, target: str, data: bytes) -> None:
-        with self._translated(location):
-            if location.fs.exists(location.path):
-                raise FileExistsError(target)
+        if self._object_exists(location):
+            raise FileExistsError(target)
         table_path = _table_path(target)
         self._check_previous(location, table_path, target)
         name = location.name
@@ -315,7 +343,7 @@ class S3DynamoDBLogStore(S3BaseLogStore):
             self._delete_quietly(entry.absolute_temp_path)
             raise
         try:
-            self.write_copy_temp_file(entry, target)
+            self.write_copy_temp_file(entry, target, data)
             self.write_put_complete_entry(entry)
         except Exception as exc:  # noqa: BLE001 - the commit is durable; the next writer or reader repairs it
             logger.info(
@@ -368,8 +396,9 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         self._delete_quietly(entry.absolute_temp_path)
 
     # Step hooks, one per protocol step, so tests can stop a writer after any of them.
-    def write_copy_temp_file(self, entry: ExternalCommitEntry, target: str) -> None:
-        self._copy(entry.absolute_temp_path, target)
+    def write_copy_temp_file(self, entry: ExternalCommitEntry, target: str, data: bytes) -> None:
+        """Publish ``N.json`` with the temp file's bytes (still in memory; only we hold the entry)."""
+        self._overwrite(self.locate(target), data)
 
     def write_put_complete_entry(self, entry: ExternalCommitEntry) -> None:
         self.put_external_entry(entry.as_complete(self.ttl_seconds), overwrite=True)
@@ -385,15 +414,12 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         """Copy ``source`` to ``target`` unless ``target`` exists (then :class:`FileExistsError`)."""
         data = self.read_bytes(source)
         location = self.locate(target)
-        with self._translated(location):
-            if location.fs.exists(location.path):
-                raise FileExistsError(target)
+        if self._object_exists(location):
+            raise FileExistsError(target)
         self._overwrite(location, data)
 
     def _exists(self, path: str) -> bool:
-        location = self.locate(path)
-        with self._translated(location):
-            return bool(location.fs.exists(location.path))
+        return self._object_exists(self.locate(path))
 
     def _delete_quietly(self, path: str) -> None:
         try:

@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
 from logstores import create_log_store
 from logstores.base import LogStore
@@ -28,7 +28,7 @@ from replay.errors import (
     VersionNotFoundError,
 )
 from replay.history import CommitRecord, active_commit_at, commit_info_of, history, monotonic_timestamps
-from replay.segment import LogSegment, build_log_segment, classify_listing, list_log
+from replay.segment import LogListing, LogSegment, build_log_segment, classify_listing, list_log
 from replay.snapshot import Snapshot, load_snapshot, prefetch, read_commit_file
 
 READ_THREADS_KEY = "delta.logstores.replay.readThreads"
@@ -119,7 +119,8 @@ class DeltaLog:
             )
         return listing.deltas[-1][0]
 
-    def _commit_listing(self) -> list[tuple[int, Any]]:
+    def _full_listing(self) -> LogListing:
+        """The whole log, classified; :class:`TableNotFoundError` if it holds no commit."""
         listing = classify_listing(list_log(self.store, self.log_path, 0) or [])
         if not listing.deltas:
             raise TableNotFoundError(
@@ -127,12 +128,11 @@ class DeltaLog:
                 f" {self.log_path}",
                 table=self.table_path,
             )
-        self._listing_checkpoints = listing.checkpoints
-        return listing.deltas
+        return listing
 
     def earliest_commit_version(self) -> int:
         """The oldest commit file still in the log (it may not be recreatable)."""
-        return self._commit_listing()[0][0]
+        return self._full_listing().deltas[0][0]
 
     def earliest_version(self) -> int:
         """The earliest version a snapshot can be built for (Delta's ``getEarliestRecreatableCommit``).
@@ -140,13 +140,13 @@ class DeltaLog:
         That is the oldest of version 0 (if ``0.json`` exists) and complete checkpoint versions
         from which every later commit is present.
         """
-        deltas = self._commit_listing()
-        versions = [version for version, _ in deltas]
+        listing = self._full_listing()
+        versions = [version for version, _ in listing.deltas]
         present = set(versions)
         latest = versions[-1]
         newest_gap = max((v for v in range(versions[0], latest + 1) if v not in present), default=-1)
         candidates = sorted(
-            {instance.version for instance in complete_checkpoints(self._listing_checkpoints)}
+            {instance.version for instance in complete_checkpoints(listing.checkpoints)}
             | ({0} if 0 in present else set())
         )
         for candidate in candidates:
@@ -182,7 +182,7 @@ class DeltaLog:
             self._raise_version_not_found(version)
         return load_snapshot(self, segment)
 
-    def _raise_version_not_found(self, version: int) -> None:
+    def _raise_version_not_found(self, version: int) -> NoReturn:
         latest = self.latest_version()
         try:
             earliest: int | None = self.earliest_version()
@@ -286,7 +286,7 @@ class DeltaLog:
     # -- time ----------------------------------------------------------------------------------------
     def commit_records(self) -> list[CommitRecord]:
         """Every recreatable commit with its effective timestamp, oldest first."""
-        deltas = self._commit_listing()
+        deltas = self._full_listing().deltas
         try:
             earliest = self.earliest_version()
         except MissingVersionsError:
@@ -320,7 +320,6 @@ class DeltaLog:
             if record.version == version:
                 return record.timestamp
         self._raise_version_not_found(version)
-        raise AssertionError("unreachable")
 
     def version_at_timestamp(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -210,6 +211,113 @@ def arrow_file_keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:
     return pc.if_else(pc.is_null(dv_id), paths, joined)
 
 
+ADD_ARROW_TYPE = pa.struct(
+    [
+        pa.field("path", pa.string()),
+        pa.field("partitionValues", pa.map_(pa.string(), pa.string())),
+        pa.field("size", pa.int64()),
+        pa.field("modificationTime", pa.int64()),
+        pa.field("dataChange", pa.bool_()),
+        pa.field("stats", pa.string()),
+        pa.field("tags", pa.map_(pa.string(), pa.string())),
+        pa.field(
+            "deletionVector",
+            pa.struct(
+                [
+                    pa.field("storageType", pa.string()),
+                    pa.field("pathOrInlineDv", pa.string()),
+                    pa.field("offset", pa.int32()),
+                    pa.field("sizeInBytes", pa.int32()),
+                    pa.field("cardinality", pa.int64()),
+                    pa.field("maxRowIndex", pa.int64()),
+                ]
+            ),
+        ),
+        pa.field("baseRowId", pa.int64()),
+        pa.field("defaultRowCommitVersion", pa.int64()),
+        pa.field("clusteringProvider", pa.string()),
+    ]
+)
+"""The ``add`` fields kept in Arrow (Delta's camelCase names, the checkpoint's ``add`` struct)."""
+
+
+_SCALAR_ADD_TYPE = pa.struct(
+    [
+        field
+        for field in ADD_ARROW_TYPE
+        if not pa.types.is_nested(field.type) or field.name == "deletionVector"
+    ]
+)
+_NO_DV_ADD_TYPE = pa.struct([field for field in _SCALAR_ADD_TYPE if field.name != "deletionVector"])
+_STRING_MAP_TYPE = pa.map_(pa.string(), pa.string())
+
+
+def string_map_array(values: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
+    """A ``map<string, string>`` array from dicts (or ``None``), built from flat key/value lists.
+
+    Several times faster than ``pa.array(values, map_type)`` for the small dicts of the log.
+    """
+    keys: list[str] = []
+    items: list[str | None] = []
+    offsets = [0]
+    has_null = False
+    for value in values:
+        if value:
+            keys.extend(value)
+            items.extend(value.values())
+        elif value is None:
+            has_null = True
+        offsets.append(len(keys))
+    mask = pa.array([value is None for value in values], pa.bool_()) if has_null else None
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(items, pa.string()),
+        type=_STRING_MAP_TYPE,
+        mask=mask,
+    )
+
+
+def adds_to_arrow(adds: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Raw ``add`` dicts as an Arrow table with :data:`ADD_ARROW_TYPE` columns.
+
+    Converting one commit at a time, right after parsing, is much cheaper than converting
+    millions of cold dicts later; map columns are built from flat lists (the slow part of a
+    generic conversion). Raises :class:`ValueError` if a field has the wrong JSON type.
+    """
+    try:
+        has_dv = any(map(dict.get, adds, repeat("deletionVector")))
+        scalars = pa.array(adds, type=_SCALAR_ADD_TYPE if has_dv else _NO_DV_ADD_TYPE)
+        columns = {field.name: scalars.field(field.name) for field in scalars.type}
+        columns["partitionValues"] = string_map_array(list(map(dict.get, adds, repeat("partitionValues"))))
+        tags = list(map(dict.get, adds, repeat("tags")))
+        columns["tags"] = (
+            pa.nulls(len(adds), _STRING_MAP_TYPE) if tags.count(None) == len(tags) else string_map_array(tags)
+        )
+        if not has_dv:
+            columns["deletionVector"] = pa.nulls(len(adds), ADD_ARROW_TYPE.field("deletionVector").type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed add action: {exc}") from None
+    return pa.Table.from_arrays(
+        [columns[field.name] for field in ADD_ARROW_TYPE], schema=pa.schema(ADD_ARROW_TYPE)
+    )
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows of a camelCase add/remove table as JSON-like dicts (``None`` fields omitted)."""
+    rows = table.to_pylist(maps_as_pydicts="lossy")
+    return [
+        {k: (_without_nulls(v) if k == "deletionVector" else v) for k, v in row.items() if v is not None}
+        for row in rows
+    ]
+
+
 class ReverseLogReplay:
     """Kernel-style replay, newest commit first, over raw action dicts and Arrow checkpoint tables.
 
@@ -225,7 +333,7 @@ class ReverseLogReplay:
         self.metadata: dict[str, Any] | None = None
         self.transactions: dict[str, dict[str, Any]] = {}
         self.domains: dict[str, dict[str, Any]] = {}
-        self.commit_adds: list[dict[str, Any]] = []
+        self.commit_add_tables: list[pa.Table] = []  # surviving adds of each commit, camelCase columns
         self.commit_removes: list[dict[str, Any]] = []
         self.checkpoint_adds: list[pa.Table] = []
         self.checkpoint_removes: list[pa.Table] = []
@@ -239,7 +347,8 @@ class ReverseLogReplay:
         ``later_lines_win=False`` (the first action for a key wins, as in Delta Kernel).
         """
         seen = self._seen
-        adds = self.commit_adds
+        adds: list[Mapping[str, Any]] = []
+        self._pending_adds = adds
         for line in reversed(actions) if later_lines_win else actions:
             add = line.get("add")
             if add is not None:
@@ -251,6 +360,8 @@ class ReverseLogReplay:
                     adds.append(add)
                 continue
             self._other_action(line)
+        if adds:
+            self.commit_add_tables.append(adds_to_arrow(adds))
 
     def _other_action(self, line: Mapping[str, Any]) -> None:
         """Apply the first known, non-null action of ``line`` (unknown kinds are ignored)."""
@@ -261,7 +372,7 @@ class ReverseLogReplay:
                 key = _dict_key(value)
                 if key not in self._seen:
                     self._seen.add(key)
-                    (self.commit_adds if kind == "add" else self.commit_removes).append(value)
+                    (self._pending_adds if kind == "add" else self.commit_removes).append(value)
             elif kind == "metaData":
                 if self.metadata is None:
                     self.metadata = value
@@ -273,6 +384,11 @@ class ReverseLogReplay:
             elif kind == "domainMetadata":
                 self.domains.setdefault(value["domain"], value)
             return
+
+    @property
+    def commit_adds(self) -> list[dict[str, Any]]:
+        """The surviving adds from commits as JSON-like dicts (``None`` fields omitted)."""
+        return [row for table in self.commit_add_tables for row in arrow_rows(table)]
 
     def add_checkpoint_actions(self, actions: Sequence[Mapping[str, Any]]) -> None:
         """Rows of a JSON (V2) checkpoint or the non-file rows of a Parquet one."""

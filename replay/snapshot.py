@@ -33,7 +33,7 @@ from replay.errors import (
     MissingProtocolOrMetadataError,
     UnsupportedTableFeatureError,
 )
-from replay.log_replay import ReverseLogReplay
+from replay.log_replay import ReverseLogReplay, arrow_rows
 from replay.schema import StructType
 from replay.segment import LogSegment, build_log_segment
 
@@ -276,9 +276,13 @@ class Snapshot:
         return self.log_segment.last_commit_timestamp
 
     # -- files ---------------------------------------------------------------------------------------
+    @property
+    def _add_tables(self) -> list[pa.Table]:
+        return [*self._state.commit_add_tables, *self._state.checkpoint_adds]
+
     @cached_property
     def num_files(self) -> int:
-        return len(self._state.commit_adds) + sum(table.num_rows for table in self._state.checkpoint_adds)
+        return sum(table.num_rows for table in self._add_tables)
 
     def files_table(self) -> pa.Table:
         """The active files as Arrow, columns :data:`FILES_SCHEMA` (``data_change`` is False).
@@ -289,10 +293,8 @@ class Snapshot:
 
     @cached_property
     def _files_table(self) -> pa.Table:
-        with gc_paused():
-            parts = [_dicts_to_arrow(self._state.commit_adds, FILES_SCHEMA)]
-        parts += [_checkpoint_to_arrow(table, FILES_SCHEMA) for table in self._state.checkpoint_adds]
-        table = pa.concat_tables(parts)
+        parts = [_checkpoint_to_arrow(table, FILES_SCHEMA) for table in self._add_tables]
+        table = pa.concat_tables(parts) if parts else FILES_SCHEMA.empty_table()
         return table.set_column(
             table.schema.get_field_index("data_change"),
             FILES_SCHEMA.field("data_change"),
@@ -300,18 +302,18 @@ class Snapshot:
         )
 
     def files(self) -> list[AddFile]:
-        """The active files as :class:`AddFile` objects (``data_change`` False, unknown fields kept)."""
+        """The active files as :class:`AddFile` objects (``data_change`` False)."""
         with gc_paused():
-            out = [AddFile.from_dict({**add, "dataChange": False}) for add in self._state.commit_adds]
-            for table in self._state.checkpoint_adds:
-                for row in table.to_pylist(maps_as_pydicts="lossy"):
-                    out.append(AddFile.from_dict({**_clean(row), "dataChange": False}))
-        return out
+            return [
+                AddFile.from_dict({**row, "dataChange": False})
+                for table in self._add_tables
+                for row in arrow_rows(table)
+            ]
 
     def file_paths(self) -> list[str]:
         """The raw (URL-encoded) paths of the active files."""
-        paths = [add["path"] for add in self._state.commit_adds]
-        for table in self._state.checkpoint_adds:
+        paths: list[str] = []
+        for table in self._add_tables:
             paths += table.column("path").to_pylist()
         return paths
 
@@ -321,7 +323,7 @@ class Snapshot:
         out: list[RemoveFile] = []
         rows: list[dict[str, Any]] = list(self._state.commit_removes)
         for table in self._state.checkpoint_removes:
-            rows += [_clean(row) for row in table.to_pylist(maps_as_pydicts="lossy")]
+            rows += arrow_rows(table)
         for row in rows:
             if (row.get("deletionTimestamp") or 0) > threshold:
                 out.append(RemoveFile.from_dict({**row, "dataChange": False}))
@@ -482,7 +484,12 @@ def _load(delta_log: DeltaLog, segment: LogSegment, executor: Executor) -> Snaps
             actions = parse_commit(delta_log, status, raw)
             if index == 0:
                 newest = actions
-            state.add_commit(actions, later_lines_win=start == end)
+            try:
+                state.add_commit(actions, later_lines_win=start == end)
+            except ValueError as exc:
+                raise CorruptLogError(
+                    f"{exc} in {status.path}", table=delta_log.table_path, path=status.path
+                ) from exc
     if segment.checkpoint is not None:
         try:
             data = read_checkpoint(

@@ -17,7 +17,7 @@ import pytest
 
 from logstores import LogStoreConfError, LogStoreError, S3DynamoDBLogStore
 from logstores.s3_dynamodb import ExternalCommitEntry, get_param, is_delta_log_path
-from tests.cloud_servers import FaultProxy, MotoServer, dynamodb_conf, unique_name
+from tests.cloud_servers import FaultProxy, MotoServer, dynamodb_conf, free_port, unique_name
 
 pytestmark = pytest.mark.cloud
 
@@ -48,10 +48,10 @@ class KilledStore(S3DynamoDBLogStore):
             raise WriterKilled("after writing the temp file")
         super().put_external_entry(entry, overwrite)
 
-    def write_copy_temp_file(self, entry: ExternalCommitEntry, target: str) -> None:
+    def write_copy_temp_file(self, entry: ExternalCommitEntry, target: str, data: bytes) -> None:
         if self.step == "entry":
             raise WriterKilled("after putting the incomplete entry")
-        super().write_copy_temp_file(entry, target)
+        super().write_copy_temp_file(entry, target, data)
 
     def write_put_complete_entry(self, entry: ExternalCommitEntry) -> None:
         if self.step == "copy":
@@ -344,7 +344,24 @@ def test_a_missing_table_is_created_on_first_use(moto_server: MotoServer) -> Non
     assert len(client.scan(TableName=name)["Items"]) == 2
 
 
+def test_a_table_deleted_while_in_use_is_named(table: Table) -> None:
+    store = table.store()
+    store.write(table.path(0), ["zero"])
+    table.moto.client("dynamodb").delete_table(TableName=table.ddb_table)
+    with pytest.raises(LogStoreError, match=f"DynamoDB table `{table.ddb_table}` in us-east-1 does not exist"):
+        store.write(table.path(1), ["one"])
+
+
 # -- configuration ---------------------------------------------------------------------------------
+def test_unreachable_dynamodb_endpoint_fails_fast_naming_it(moto_server: MotoServer) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    store = S3DynamoDBLogStore({**moto_server.s3a_conf(), f"{BASE_PREFIX}ddb.endpoint": endpoint})
+    started = time.monotonic()
+    with pytest.raises(LogStoreError, match=f"cannot reach the DynamoDB endpoint {endpoint}"):
+        store.write(f"s3a://{moto_server.create_bucket()}/t/_delta_log/{commit_name(0)}", ["x"])
+    assert time.monotonic() - started < 6
+
+
 def test_get_param_reads_both_prefixes() -> None:
     assert get_param({}, "ddb.tableName", "delta_log") == "delta_log"
     assert get_param({f"{SPARK_PREFIX}ddb.tableName": "a"}, "ddb.tableName", "delta_log") == "a"

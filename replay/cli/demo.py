@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from logstores import explain_log_store
+from replay.checkpoint_writer import CheckpointResult
 from replay.cli import output
 
 DEMO_MARKER = "deltalog.demo"
@@ -49,7 +50,7 @@ def _is_demo_table(path: Path) -> bool:
     return first_commit.is_file() and DEMO_MARKER in first_commit.read_text(encoding="utf-8")
 
 
-def build_demo_table(uri: str, conf: Mapping[str, str]) -> None:
+def build_demo_table(uri: str, conf: Mapping[str, str]) -> CheckpointResult:
     """Commit the demo's versions: 0-2 appends, 3 a whole-file delete, then a checkpoint."""
     from replay.delta_log import DeltaLog
     from replay.write import delete_files, write_table
@@ -66,7 +67,7 @@ def build_demo_table(uri: str, conf: Mapping[str, str]) -> None:
     log = DeltaLog.for_table(uri, conf)
     oslo = [f.path for f in log.snapshot().files() if f.partition_values.get("city") == "Oslo"]
     delete_files(uri, oslo, conf=conf)
-    log.checkpoint()
+    return log.checkpoint()
 
 
 def run_demo(directory: str, conf: Mapping[str, str], *, with_spark: bool = True) -> None:
@@ -79,7 +80,8 @@ def run_demo(directory: str, conf: Mapping[str, str], *, with_spark: bool = True
     choice = explain_log_store(uri, conf)
     print(f"Table: {uri}")
     print(f"LogStore: {choice.class_name} ({choice.reason})\n")
-    build_demo_table(uri, conf)
+    checkpoint = build_demo_table(uri, conf)
+    print(f"Committed versions 0-{checkpoint.version} and a checkpoint at version {checkpoint.version}\n")
 
     log = DeltaLog.for_table(uri, conf)
     output.emit_snapshot(log.snapshot(), as_json=False, with_files=True)
@@ -105,8 +107,10 @@ def _spark_part(uri: str, conf: Mapping[str, str]) -> None:
     )
     for key, value in conf.items():
         builder = builder.config(key, value)
+    own_session = SparkSession.getActiveSession() is None
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if own_session:
+        spark.sparkContext.setLogLevel("ERROR")
     try:
         register(spark)
         print("\nPySpark: spark.read.format('deltalog').load(uri)")
@@ -139,4 +143,5 @@ def _spark_part(uri: str, conf: Mapping[str, str]) -> None:
             rows = spark.sql("SELECT count(*) AS n FROM deltalog_demo_changes").first()["n"]
             print(f"{len(batches)} micro-batches delivered {rows} change rows")
     finally:
-        spark.stop()
+        if own_session:
+            spark.stop()

@@ -65,12 +65,16 @@ def cmd_store(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
     choice = explain_log_store(args.uri, conf)
     store = choice.store_class(conf)
+    try:
+        resolved = store.resolve_path_on_physical_storage(args.uri)
+    except Exception as exc:  # noqa: BLE001 - an unknown filesystem does not stop the explanation
+        resolved = f"unavailable ({exc})"
     details = {
         "uri": args.uri,
         "store": choice.class_name,
         "chosen_by": choice.reason,
         "partial_writes_visible": store.is_partial_write_visible(args.uri),
-        "resolved_path": store.resolve_path_on_physical_storage(args.uri),
+        "resolved_path": resolved,
         "conf": redact({key: value for key, value in conf.items() if _storage_key(key)}),
     }
     output.emit_mapping(details, as_json=args.json, title="LogStore")
@@ -116,7 +120,7 @@ def cmd_changes(args: argparse.Namespace, conf: dict[str, str]) -> int:
     while True:
         latest = log.latest_version()
         stop = latest if end is None else min(end, latest)
-        if start <= stop:
+        if start <= stop or not args.follow:  # outside --follow, table_changes judges the range
             with output.working(f"Reading changes {start}..{stop} of {args.uri}"):
                 rows = table_changes(log, starting_version=start, ending_version=stop)
             if args.limit is not None:
@@ -149,8 +153,9 @@ def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
     return EXIT_OK
 
 
-def _timestamp_arg(value: str | None) -> str | None:
-    return value
+def _timestamp_arg(value: str | None) -> str | int | None:
+    """``--timestamp``: milliseconds since the epoch when all digits, else ISO-8601 text."""
+    return int(value) if value is not None and value.isdigit() else value
 
 
 # -- parser -------------------------------------------------------------------------------------

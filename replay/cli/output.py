@@ -27,7 +27,10 @@ except ImportError:  # pragma: no cover - rich is part of the cli extra
 def _console(stderr: bool = False) -> Any:
     if Console is None:
         return None
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:  # pipes and files: do not fold rows at 80 columns
+        console = Console(stderr=stderr, highlight=False, width=200)
+    return console
 
 
 def human_size(size: int | None) -> str:
@@ -46,7 +49,8 @@ def human_time(epoch_ms: int | None) -> str:
     """Milliseconds since the epoch as an ISO-8601 UTC time."""
     if epoch_ms is None:
         return "-"
-    return dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    moment = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
+    return moment.replace(tzinfo=None).isoformat(sep=" ", timespec="milliseconds") + " UTC"
 
 
 def print_json(value: Any) -> None:
@@ -96,6 +100,8 @@ def _print_table(title: str | None, columns: Sequence[str], rows: Iterable[Seque
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None).isoformat(sep=" ", timespec="milliseconds")
     if isinstance(value, Mapping | list):
         return json.dumps(value, default=_json_default, ensure_ascii=False)
     return str(value)
@@ -134,20 +140,9 @@ def snapshot_summary(snapshot: Any, *, with_files: bool = False) -> dict[str, An
         "set_transactions": dict(snapshot.set_transactions),
     }
     if with_files:
+        columns = files.select(["path", "size", "modification_time", "partition_values"]).to_pylist()
         summary["files"] = [
-            {
-                "path": row["path"],
-                "size": row["size"],
-                "modification_time": row["modification_time"],
-                "partition_values": row.get("partition_values"),
-            }
-            for row in files.select(
-                [
-                    c
-                    for c in ("path", "size", "modification_time", "partition_values")
-                    if c in files.column_names
-                ]
-            ).to_pylist()
+            {**row, "partition_values": dict(row["partition_values"] or [])} for row in columns
         ]
     return summary
 
@@ -191,33 +186,31 @@ def emit_snapshot(snapshot: Any, *, as_json: bool, with_files: bool) -> None:
         )
 
 
-def history_rows(entries: Iterable[Any]) -> list[dict[str, Any]]:
-    """History entries as plain dicts (the ``history --json`` objects)."""
-    rows = []
-    for entry in entries:
-        if isinstance(entry, Mapping):
-            rows.append(dict(entry))
-            continue
-        rows.append(
-            {
-                "version": entry.version,
-                "timestamp": entry.timestamp,
-                "operation": entry.operation,
-                "operation_parameters": dict(entry.operation_parameters or {}),
-                "operation_metrics": dict(getattr(entry, "operation_metrics", None) or {}),
-                "engine_info": getattr(entry, "engine_info", None),
-            }
-        )
-    return rows
+def history_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """History entries (commitInfo fields plus version and timestamp) as ``history --json`` objects."""
+    return [
+        {
+            "version": entry["version"],
+            "timestamp": entry["timestamp"],
+            "operation": entry.get("operation"),
+            "operation_parameters": dict(entry.get("operationParameters") or {}),
+            "operation_metrics": dict(entry.get("operationMetrics") or {}),
+            "engine_info": entry.get("engineInfo"),
+            "commit_info": {
+                key: value for key, value in entry.items() if key not in ("version", "timestamp")
+            },
+        }
+        for entry in entries
+    ]
 
 
-def emit_history(entries: Iterable[Any], *, as_json: bool) -> None:
+def emit_history(entries: Iterable[Any], *, as_json: bool, title: str | None = "History") -> None:
     rows = history_rows(entries)
     if as_json:
         print_json(rows)
         return
     _print_table(
-        None,
+        title,
         ["version", "timestamp", "operation", "parameters", "metrics"],
         [
             (
@@ -254,14 +247,18 @@ def emit_changes(rows: pa.Table, *, as_json: bool, header: bool = True) -> None:
 
 
 def emit_checkpoint(written: Any, *, as_json: bool) -> None:
-    """What a checkpoint wrote: version, parts, actions, size."""
-    values = (
-        written
-        if isinstance(written, Mapping)
-        else {
-            key: getattr(written, key)
-            for key in dir(written)
-            if not key.startswith("_") and not callable(getattr(written, key))
-        }
-    )
-    emit_mapping(values, as_json=as_json, title="Checkpoint written")
+    """What a checkpoint wrote (a :class:`replay.checkpoint_writer.CheckpointResult`)."""
+    values = {
+        "version": written.version,
+        "parts": written.parts or 1,
+        "actions": written.size,
+        "num_of_add_files": written.num_of_add_files,
+        "size_in_bytes": written.size_in_bytes,
+        "paths": list(written.paths),
+    }
+    if as_json:
+        print_json(values)
+        return
+    values["size_in_bytes"] = human_size(values["size_in_bytes"])
+    values["paths"] = "\n".join(values["paths"])
+    emit_mapping(values, as_json=False, title="Checkpoint written")
