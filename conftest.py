@@ -13,6 +13,8 @@ REPO_ROOT = Path(__file__).resolve().parent
 GOLDEN_ROOT = REPO_ROOT.parent / "shared" / "testdata" / "delta-golden"
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # see environment notes
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")  # never probe cloud metadata services
+os.environ.setdefault("NO_GCE_CHECK", "True")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

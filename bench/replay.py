@@ -199,11 +199,13 @@ def run_child(engine: str, table: Path) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     result = subprocess.run(
         [sys.executable, __file__, "--child", engine, str(table)],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
         env=env,
     )
+    if result.returncode != 0:
+        raise RuntimeError(f"{engine} failed on {table}:\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -270,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(render(rows[-1:]).splitlines()[-1], flush=True)
     table_text = render(rows)
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    table_text += f"\n\nrepeat {repeat}, median; load average at the end: {load} ({os.cpu_count()} CPUs)"
     print(table_text)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")

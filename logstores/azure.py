@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import fsspec.asyn
+from adlfs import AzureBlobFileSystem
 from azure.core.exceptions import (
     ClientAuthenticationError,
     HttpResponseError,
@@ -29,7 +30,7 @@ from azure.core.exceptions import (
 from fsspec import AbstractFileSystem
 
 from logstores.errors import LogStoreError
-from logstores.filesystem import Location
+from logstores.filesystem import Location, uri_scheme
 from logstores.object_store import (
     AmbiguousWriteError,
     ObjectStoreLogStore,
@@ -62,14 +63,19 @@ class AzureLogStore(ObjectStoreLogStore):
     service = "Azure Blob Storage"
     endpoint_settings = "the connection string or account settings (spark.delta.logStore.<scheme>.options.*)"
 
-    def filesystem_options(self, scheme: str) -> dict[str, Any]:
-        options = super().filesystem_options(scheme)
-        options.setdefault("use_listings_cache", False)
-        return options
-
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
-        url = str(getattr(getattr(fs, "service_client", None), "url", "") or "").rstrip("/")
+        if not isinstance(fs, AzureBlobFileSystem):
+            return None
+        url = str(fs.service_client.url or "").rstrip("/")
         return url if url and not urlsplit(url).netloc.endswith(".core.windows.net") else None
+
+    def filesystem(self, path: str) -> AbstractFileSystem:
+        if uri_scheme(path) == "adl":
+            raise LogStoreError(
+                f"AzureLogStore serves Blob Storage and ADLS Gen2 (abfs, abfss, wasb, wasbs), not {path}: "
+                "ADLS Gen1 (adl://) has been retired by Microsoft"
+            )
+        return super().filesystem(path)
 
     def locate(self, path: str) -> Location:
         location = super().locate(path)
@@ -84,8 +90,8 @@ class AzureLogStore(ObjectStoreLogStore):
         container = location.path.split("/", 1)[0]
         code = str(getattr(exc, "error_code", "") or "")
         if isinstance(exc, ServiceRequestError):
-            endpoint = self.custom_endpoint(location.fs) or "the Azure endpoint"
-            raise LogStoreError(f"cannot reach {endpoint} for {uri}: {exc}") from exc
+            endpoint = self.custom_endpoint(location.fs) or "(Azure default)"
+            raise LogStoreError(f"cannot reach the Azure endpoint {endpoint} for {uri}: {exc}") from exc
         if code == "ContainerNotFound" or "ContainerNotFound" in str(exc):
             raise FileNotFoundError(f"Azure container '{container}' does not exist ({uri})") from exc
         if (

@@ -31,6 +31,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import aiohttp
 import requests
+from gcsfs import GCSFileSystem
 from gcsfs.retry import HttpError
 
 LIST_PAGE_SIZE = 1000
@@ -56,31 +57,21 @@ class GCSLogStore(ObjectStoreLogStore):
     )
     list_page_size: int = LIST_PAGE_SIZE
 
-    def filesystem_options(self, scheme: str) -> dict[str, Any]:
-        options = super().filesystem_options(scheme)
-        options.setdefault("use_listings_cache", False)
-        return options
-
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
-        location = str(getattr(fs, "_location", ""))
+        if not isinstance(fs, GCSFileSystem):
+            return None
+        location = str(fs._location)
         return location if location and not location.rstrip("/").endswith(_DEFAULT_ENDPOINT_SUFFIX) else None
 
     # -- errors ------------------------------------------------------------------------------
     def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
         uri = location.qualify(location.path)
         if isinstance(exc, aiohttp.ClientConnectorError):
-            endpoint = self.custom_endpoint(location.fs) or "the GCS endpoint"
-            raise LogStoreError(f"cannot reach {endpoint} for {uri}: {exc}") from exc
+            endpoint = self.custom_endpoint(location.fs) or "(Google default)"
+            raise LogStoreError(f"cannot reach the GCS endpoint {endpoint} for {uri}: {exc}") from exc
         message = str(exc)
-        if (
-            isinstance(exc, PermissionError)
-            or message.startswith("Forbidden")
-            or getattr(exc, "code", 0)
-            in (
-                401,
-                403,
-            )
-        ):
+        denied = getattr(exc, "code", 0) in (401, 403) or message.startswith("Forbidden")
+        if denied or isinstance(exc, PermissionError):
             reason = message.splitlines()[-1] if message else type(exc).__name__
             raise PermissionError(
                 f"access to {uri} was denied ({reason}); "

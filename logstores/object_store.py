@@ -27,7 +27,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 from urllib.parse import urlsplit
 
 from fsspec import AbstractFileSystem
@@ -119,6 +119,12 @@ class ObjectStoreLogStore(FileSystemLogStore):
         super().__init__(conf)
         self._probed: set[str] = set()
         self._probe_lock = threading.Lock()
+
+    def filesystem_options(self, scheme: str) -> dict[str, Any]:
+        """The mapped options, with fsspec's listing cache off (listings must be current)."""
+        options = super().filesystem_options(scheme)
+        options.setdefault("use_listings_cache", False)
+        return options
 
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
         """The explicitly configured endpoint ``fs`` talks to, if any."""

@@ -29,6 +29,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from fsspec import AbstractFileSystem
+from s3fs import S3FileSystem
 
 from logstores.conf import get_delta_conf
 from logstores.errors import ConditionalWriteUnsupportedError, LogStoreError
@@ -72,7 +73,7 @@ def key_before(name: str) -> str | None:
     return data.decode("utf-8", errors="surrogateescape")
 
 
-def _error_code(exc: BaseException) -> tuple[str, int]:
+def error_code(exc: BaseException) -> tuple[str, int]:
     """(code, HTTP status) of a botocore ClientError, also when wrapped by s3fs."""
     for candidate in (exc, exc.__cause__):
         if isinstance(candidate, ClientError):
@@ -90,9 +91,8 @@ class S3BaseLogStore(ObjectStoreLogStore):
     list_page_size: int = LIST_PAGE_SIZE
 
     def filesystem_options(self, scheme: str) -> dict[str, Any]:
-        """The mapped options, plus: no listing cache, bounded connect timeout and retries."""
+        """The mapped options, plus a bounded connect timeout and retries."""
         options = super().filesystem_options(scheme)
-        options.setdefault("use_listings_cache", False)
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", 10)
         config.setdefault("retries", {"total_max_attempts": 3, "mode": "standard"})
@@ -100,17 +100,19 @@ class S3BaseLogStore(ObjectStoreLogStore):
         return options
 
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
-        return getattr(fs, "endpoint_url", None) or fs.client_kwargs.get("endpoint_url")
+        if not isinstance(fs, S3FileSystem):
+            return None
+        return fs.endpoint_url or fs.client_kwargs.get("endpoint_url")
 
     # -- errors ------------------------------------------------------------------------------
     def _endpoint_name(self, fs: AbstractFileSystem) -> str:
-        return self.custom_endpoint(fs) or "the AWS S3 endpoint"
+        return self.custom_endpoint(fs) or "(AWS default)"
 
     def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
         """Re-raise ``exc`` as a clear error naming the path, bucket or endpoint."""
         uri = location.qualify(location.path)
         bucket = location.path.split("/", 1)[0]
-        code, status = _error_code(exc)
+        code, status = error_code(exc)
         if isinstance(exc, _UNREACHABLE):
             raise LogStoreError(
                 f"cannot reach the S3 endpoint {self._endpoint_name(location.fs)} for {uri}: {exc}"
@@ -132,7 +134,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
             yield
         except (ClientError, OSError, *_UNREACHABLE) as exc:
             if isinstance(exc, LogStoreError | FileExistsError) or (
-                isinstance(exc, FileNotFoundError) and not _error_code(exc)[0]
+                isinstance(exc, FileNotFoundError) and not error_code(exc)[0]
             ):
                 raise
             self._raise_translated(exc, location)
@@ -155,7 +157,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
         try:
             response = self._call(location, "get_object", Bucket=bucket, Key=key)
         except ClientError as exc:
-            if _error_code(exc)[0] in ("NoSuchKey", "404"):
+            if error_code(exc)[0] in ("NoSuchKey", "404"):
                 return None
             self._raise_translated(exc, location)
 
@@ -208,7 +210,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
         try:
             self._call(location, "head_object", Bucket=bucket, Key=key)
         except ClientError as exc:
-            if _error_code(exc)[1] == 404 and _error_code(exc)[0] != "NoSuchBucket":
+            if error_code(exc)[1] == 404 and error_code(exc)[0] != "NoSuchBucket":
                 return False
             self._raise_translated(exc, location)
         return True
@@ -266,7 +268,7 @@ class S3LogStore(S3BaseLogStore):
                 location, "put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*", Metadata=metadata
             )
         except ClientError as exc:
-            code, status = _error_code(exc)
+            code, status = error_code(exc)
             target = location.qualify(location.path)
             if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise FileExistsError(target) from None

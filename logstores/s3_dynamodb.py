@@ -52,7 +52,7 @@ from logstores.conf import hadoop_conf
 from logstores.errors import LogStoreConfError, LogStoreError
 from logstores.filesystem import Location, path_lock
 from logstores.object_store import check_endpoint_reachable
-from logstores.s3 import S3BaseLogStore
+from logstores.s3 import S3BaseLogStore, error_code
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,12 @@ ATTR_TEMP_PATH = "tempPath"
 ATTR_COMPLETE = "complete"
 ATTR_EXPIRE_TIME = "expireTime"
 DELTA_LOG_DIR = "_delta_log"
-_DENIED_CODES = {"UnrecognizedClientException", "AccessDeniedException", "InvalidSignatureException"}
+_DENIED_CODES = {
+    "UnrecognizedClientException",
+    "AccessDeniedException",
+    "InvalidSignatureException",
+    "InvalidClientTokenId",
+}
 
 
 def get_param(conf: Mapping[str, str], name: str, default: str | None) -> str | None:
@@ -200,7 +205,8 @@ class S3DynamoDBLogStore(S3BaseLogStore):
                     config=config,
                     **credentials,
                 )
-                self._ensure_table(client)
+                with self._dynamodb_errors():
+                    self._ensure_table(client)
                 self._client = client
             return self._client
 
@@ -263,9 +269,9 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         try:
             yield
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
+            code, status = error_code(exc)
             where = f"DynamoDB table `{self.table_name}` in {self.region}"
-            if code in _DENIED_CODES:
+            if code in _DENIED_CODES or status == 403:
                 raise PermissionError(
                     f"access to {where} was denied ({code}); check the AWS credentials"
                 ) from exc

@@ -238,8 +238,25 @@ def file_key(path: str, dv_id: str | None) -> tuple[str, str | None]:
     return normalize_path_key(path), dv_id
 
 
+class _FileAction(_Action):
+    """Shared identity of add, remove and cdc actions."""
+
+    path: str
+    deletion_vector: DeletionVectorDescriptor | None
+
+    @property
+    def unique_key(self) -> tuple[str, str | None]:
+        """(path, deletion vector unique id): the identity of this file in log replay.
+
+        The path is the raw log path with %-escapes normalised (Delta's ``pathAsUri``); use
+        :func:`file_key` for the canonical key that also unifies ``/x`` and ``file:/x``.
+        """
+        dv = getattr(self, "deletion_vector", None)
+        return normalize_path_key(self.path), dv.unique_id if dv is not None else None
+
+
 @dataclass(frozen=True, slots=True)
-class AddFile(_Action):
+class AddFile(_FileAction):
     """``add``: a data file (optionally with a deletion vector) becomes part of the table."""
 
     KEY: ClassVar[str] = "add"
@@ -271,16 +288,6 @@ class AddFile(_Action):
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def unique_key(self) -> tuple[str, str | None]:
-        """(path, deletion vector unique id): the identity of this file in log replay.
-
-        The path is the raw log path with %-escapes normalised (Delta's ``pathAsUri``); use
-        :func:`file_key` for the canonical key that also unifies ``/x`` and ``file:/x``.
-        """
-        dv = self.deletion_vector
-        return normalize_path_key(self.path), dv.unique_id if dv is not None else None
-
-    @property
     def num_records(self) -> int | None:
         """``numRecords`` from the JSON stats, if present."""
         if not self.stats:
@@ -290,7 +297,7 @@ class AddFile(_Action):
 
 
 @dataclass(frozen=True, slots=True)
-class RemoveFile(_Action):
+class RemoveFile(_FileAction):
     """``remove``: a file (with that deletion vector) stops being part of the table (a tombstone)."""
 
     KEY: ClassVar[str] = "remove"
@@ -322,23 +329,13 @@ class RemoveFile(_Action):
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def unique_key(self) -> tuple[str, str | None]:
-        """(path, deletion vector unique id): the identity of this file in log replay.
-
-        The path is the raw log path with %-escapes normalised (Delta's ``pathAsUri``); use
-        :func:`file_key` for the canonical key that also unifies ``/x`` and ``file:/x``.
-        """
-        dv = self.deletion_vector
-        return normalize_path_key(self.path), dv.unique_id if dv is not None else None
-
-    @property
     def del_timestamp(self) -> int:
         """``deletionTimestamp`` or 0 when absent (Delta's ``delTimestamp``)."""
         return self.deletion_timestamp or 0
 
 
 @dataclass(frozen=True, slots=True)
-class AddCDCFile(_Action):
+class AddCDCFile(_FileAction):
     """``cdc``: a change data file written by a commit (never part of the table state)."""
 
     KEY: ClassVar[str] = "cdc"
@@ -355,10 +352,6 @@ class AddCDCFile(_Action):
     data_change: bool = False
     tags: dict[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def unique_key(self) -> tuple[str, str | None]:
-        return normalize_path_key(self.path), None
 
 
 @dataclass(frozen=True)

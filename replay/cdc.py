@@ -28,8 +28,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from replay.actions import AddCDCFile, AddFile, CommitInfo, Metadata, RemoveFile
-from replay.data import DEFAULT_READ_CONCURRENCY, RowFilter, TableReader, map_concurrently
+from replay.actions import AddCDCFile, AddFile, CommitInfo, Metadata, Protocol, RemoveFile
+from replay.data import RowFilter, TableReader, map_concurrently
 from replay.deletion_vectors import read_deletion_vector
 from replay.delta_log import to_timestamp_ms
 from replay.errors import ChangeDataFeedNotEnabledError, DataLossError, DeltaError, VersionNotFoundError
@@ -59,6 +59,11 @@ _LONG_MAX = 2**63 - 1
 
 
 # -- errors -----------------------------------------------------------------------------------
+def _in_table(message: str, table: str | None) -> str:
+    """Delta's message, followed by the table it is about."""
+    return f"{message} (table {table})" if table else message
+
+
 class InvalidCDCRangeError(DeltaError, ValueError):
     """The requested change range is invalid (no start, or end before start)."""
 
@@ -75,23 +80,40 @@ def missing_change_data_error(
     version: int, start: int, end: int, table: str | None
 ) -> ChangeDataFeedNotEnabledError:
     """Delta's ``DELTA_MISSING_CHANGE_DATA`` for ``version`` of the range ``[start, end]``."""
-    return ChangeDataFeedNotEnabledError(
+    message = _in_table(
         f"[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [{start} , {end}] as change "
         f"data was not\nrecorded for version [{version}]. If you've enabled change data feed on this "
         "table,\nuse `DESCRIBE HISTORY` to see when it was first enabled.\nOtherwise, to start "
         "recording change data, use `ALTER TABLE table_name SET TBLPROPERTIES\n"
         "(delta.enableChangeDataFeed=true)`.",
-        table=table,
+        table,
     )
+    return ChangeDataFeedNotEnabledError(message, table=table)
+
+
+def stream_data_loss_error(expected: int, seen: int, table: str | None) -> DataLossError:
+    """Delta's ``DELTA_MISSING_FILES_UNEXPECTED_VERSION``: a stream found commits missing."""
+    message = _in_table(
+        f"[DELTA_MISSING_FILES_UNEXPECTED_VERSION] The stream from your Delta table was expecting process "
+        f"data from version {expected},\nbut the earliest available version in the _delta_log directory is "
+        f"{seen}. The files\nin the transaction log may have been deleted due to log cleanup. In order to "
+        "avoid losing\ndata, we recommend that you restart your stream with a new checkpoint location and "
+        "to\nincrease your delta.logRetentionDuration setting, if you have explicitly set it below 30\n"
+        "days.\nIf you would like to ignore the missed data and continue your stream from where it left\n"
+        'off, you can set the .option("failOnDataLoss", "false") as part\nof your readStream statement.',
+        table,
+    )
+    return DataLossError(message, table=table)
 
 
 def end_before_start_error(start: int, end: int, table: str | None) -> InvalidCDCRangeError:
     """Delta's ``DELTA_INVALID_CDC_RANGE``."""
-    return InvalidCDCRangeError(
+    message = _in_table(
         f"[DELTA_INVALID_CDC_RANGE] CDC range from start {start} to end {end} was invalid. "
         "End cannot be before start.",
-        table=table,
+        table,
     )
+    return InvalidCDCRangeError(message, table=table)
 
 
 # -- commit filtering -------------------------------------------------------------------------
@@ -471,7 +493,11 @@ def filter_and_index_delta_logs(
     """
     options = stream_options or StreamOptions()
     table = getattr(delta_log, "table_path", None)
-    for version, actions in delta_log.get_changes(start_version, fail_on_data_loss=fail_on_data_loss):
+    expected = start_version
+    for version, actions in delta_log.get_changes(start_version, fail_on_data_loss=False):
+        if version != expected and fail_on_data_loss:
+            raise stream_data_loss_error(expected, version, table)
+        expected = version + 1
         if read_change_feed:
             for action in actions:
                 if isinstance(action, Metadata) and not is_cdf_enabled(action):
@@ -674,7 +700,7 @@ def read_changes(
     reads: Sequence[ChangeRead],
     columns: Sequence[str] | None = None,
     *,
-    max_workers: int = DEFAULT_READ_CONCURRENCY,
+    max_workers: int | None = None,
     ignore_missing: bool = False,
 ) -> pa.Table:
     """All change rows of ``reads`` (read concurrently, concatenated in order)."""
@@ -682,7 +708,7 @@ def read_changes(
     tables = map_concurrently(
         lambda read: read_change(reader, read, columns, ignore_missing=ignore_missing),
         list(reads),
-        max_workers,
+        max_workers or reader.concurrency,
     )
     if not tables:
         return schema.empty_table()
@@ -738,7 +764,10 @@ def resolve_change_range(
         start = starting_version_for_timestamp(delta_log, start_ts, allow_out_of_range=allow_out_of_range)
     else:
         raise InvalidCDCRangeError(
-            "[DELTA_NO_START_FOR_CDC_READ] No startingVersion or startingTimestamp provided for CDC read.",
+            _in_table(
+                "[DELTA_NO_START_FOR_CDC_READ] No startingVersion or startingTimestamp provided for CDC read.",
+                table,
+            ),
             table=table,
         )
     if ending_version is not None:
@@ -752,8 +781,11 @@ def resolve_change_range(
         if allow_out_of_range:
             return None
         raise VersionNotFoundError(
-            f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {start} for change data feed exceeds the "
-            f"latest table version {latest}.",
+            _in_table(
+                f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {start} for change data feed exceeds "
+                f"the latest table version {latest}.",
+                table,
+            ),
             table=table,
             version=start,
             latest=latest,
@@ -778,7 +810,7 @@ def table_changes(
     columns: Sequence[str] | None = None,
     allow_out_of_range: bool = False,
     fail_on_data_loss: bool = False,
-    max_workers: int = DEFAULT_READ_CONCURRENCY,
+    max_workers: int | None = None,
 ) -> pa.Table:
     """Every row changed in versions ``[start, end]`` with the three CDC columns.
 
@@ -791,10 +823,6 @@ def table_changes(
     are missing and ``fail_on_data_loss`` (by default they are skipped, like Delta's batch read),
     and :class:`replay.data.DataFileNotFoundError` for missing data files.
     """
-    latest_snapshot = delta_log.snapshot()
-    reader = TableReader.for_metadata(
-        delta_log.table_path, latest_snapshot.metadata, latest_snapshot.protocol, delta_log.conf
-    )
     resolved = resolve_change_range(
         delta_log,
         starting_version,
@@ -804,10 +832,13 @@ def table_changes(
         allow_out_of_range=allow_out_of_range,
     )
     if resolved is None:
+        latest = delta_log.update()
+        reader = TableReader.for_metadata(
+            delta_log.table_path, latest.metadata, latest.protocol, delta_log.conf
+        )
         return change_schema(reader, columns).empty_table()
-    start, end = resolved
-    reads = plan_change_reads(delta_log, start, end, fail_on_data_loss=fail_on_data_loss)
-    return read_changes(reader, reads, columns, max_workers=max_workers)
+    plan = plan_changes(delta_log, *resolved, fail_on_data_loss=fail_on_data_loss)
+    return read_changes(plan.reader(delta_log.conf), plan.reads, columns, max_workers=max_workers)
 
 
 def commit_timestamps(delta_log: Any) -> dict[int, int]:
@@ -833,17 +864,38 @@ def _unlisted_commit_timestamp(delta_log: Any, version: int, actions: Sequence[A
     raise DataLossError(f"commit {version} of table {delta_log.table_path} disappeared while reading it")
 
 
-def plan_change_reads(
-    delta_log: Any, start: int, end: int, *, fail_on_data_loss: bool = False
-) -> list[ChangeRead]:
-    """The reads of versions ``[start, end]``, after checking CDF is on throughout the range."""
-    table = getattr(delta_log, "table_path", None)
-    start_metadata = delta_log.snapshot(start).metadata
-    if not is_cdf_enabled(start_metadata):
+@dataclass(frozen=True)
+class ChangePlan:
+    """The reads of a change range and the table description to read them with.
+
+    ``metadata``/``protocol`` are the latest table version's (Delta reads a batch change feed
+    with the latest schema).
+    """
+
+    table_path: str
+    reads: list[ChangeRead]
+    metadata: Metadata
+    protocol: Any
+
+    def reader(self, conf: Mapping[str, str] | None = None) -> TableReader:
+        return TableReader.for_metadata(self.table_path, self.metadata, self.protocol, conf)
+
+
+def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: bool = False) -> ChangePlan:
+    """Plan the reads of versions ``[start, end]``, checking CDF is on throughout the range.
+
+    One snapshot is loaded (at ``start``); later metadata and protocol come from the commits
+    read, so no second snapshot is needed when ``end`` is the latest version.
+    """
+    table = delta_log.table_path
+    start_snapshot = delta_log.snapshot(start)
+    metadata, protocol = start_snapshot.metadata, start_snapshot.protocol
+    if not is_cdf_enabled(metadata):
         raise missing_change_data_error(start, start, end, table)
     timestamps = commit_timestamps(delta_log)
     reads: list[ChangeRead] = []
     expected = start
+    last_read = start
     for version, actions in delta_log.get_changes(start, end, fail_on_data_loss=False):
         if version > end:
             break
@@ -853,17 +905,24 @@ def plan_change_reads(
                 f"{expected} is missing (the log continues at {version})",
                 table=table,
             )
-        expected = version + 1
+        expected = last_read = version + 1
         for action in actions:
-            if isinstance(action, Metadata) and not is_cdf_enabled(action):
-                raise missing_change_data_error(version, start, end, table)
+            if isinstance(action, Metadata):
+                if not is_cdf_enabled(action):
+                    raise missing_change_data_error(version, start, end, table)
+                metadata = action
+            elif isinstance(action, Protocol):
+                protocol = action
         files = filter_cdc_actions(actions, version)
         if files:
             timestamp = timestamps.get(version)
             if timestamp is None:
                 timestamp = _unlisted_commit_timestamp(delta_log, version, actions)
             reads.extend(plan_commit_reads(version, timestamp, files))
-    return reads
+    if last_read <= delta_log.latest_version():
+        latest = delta_log.update()
+        metadata, protocol = latest.metadata, latest.protocol
+    return ChangePlan(table, reads, metadata, protocol)
 
 
 # -- streaming source -------------------------------------------------------------------------
@@ -927,8 +986,11 @@ class DeltaSource:
             if version > latest and not self.allow_out_of_range:
                 earliest = self.delta_log.earliest_version()
                 raise VersionNotFoundError(
-                    f"[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version {version}. "
-                    f"Available versions: [{earliest}, {latest}].",
+                    _in_table(
+                        f"[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version {version}. "
+                        f"Available versions: [{earliest}, {latest}].",
+                        self.table,
+                    ),
                     table=self.table,
                     version=version,
                     earliest=earliest,
@@ -1032,6 +1094,7 @@ __all__ = [
     "CDC_COLUMNS",
     "END_INDEX",
     "AdmissionLimits",
+    "ChangePlan",
     "ChangeRead",
     "DeltaSource",
     "DeltaSourceOffset",
@@ -1043,5 +1106,6 @@ __all__ = [
     "filter_and_index_delta_logs",
     "filter_cdc_actions",
     "get_file_changes_for_cdc",
+    "plan_changes",
     "table_changes",
 ]

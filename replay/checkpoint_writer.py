@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replay.actions import (
@@ -47,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 PART_SIZE_KEY = "spark.databricks.delta.checkpoint.partSize"
 """Conf key of the maximum number of file actions per checkpoint part (unset: one part)."""
+
+ROW_GROUP_ROWS = 128 * 1024
+"""Rows per Parquet row group of a checkpoint part (lets readers decode row groups in parallel)."""
 
 _STRING_MAP = pa.map_(pa.string(), pa.string())
 _STRING_LIST = pa.list_(pa.string())
@@ -207,11 +209,11 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def _column(table: pa.Table, name: str, arrow_type: pa.DataType) -> pa.Array:
-    if name not in table.column_names:
-        return pa.nulls(table.num_rows, arrow_type)
-    column = table.column(name)
-    array = column.combine_chunks() if column.num_chunks else pa.array([], column.type)
+def _column(batch: pa.RecordBatch, name: str, arrow_type: pa.DataType) -> pa.Array:
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return pa.nulls(batch.num_rows, arrow_type)
+    array = batch.column(index)
     if pa.types.is_struct(arrow_type):
         return _renamed_struct(array, arrow_type)
     return array if array.type == arrow_type else array.cast(arrow_type)
@@ -225,10 +227,11 @@ def _renamed_struct(array: pa.Array, target: pa.StructType) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
 
 
-def add_struct(files: pa.Table) -> pa.StructArray:
+def add_struct(files: pa.RecordBatch) -> pa.StructArray:
     """The ``add`` column for active files given like :meth:`Snapshot.files_table` (snake_case).
 
-    ``dataChange`` is false in every row, as in every checkpoint.
+    Zero-copy where the types already match; ``dataChange`` is false in every row, as in every
+    checkpoint.
     """
     children = []
     for field in ADD_TYPE:
@@ -239,23 +242,21 @@ def add_struct(files: pa.Table) -> pa.StructArray:
     return pa.StructArray.from_arrays(children, fields=list(ADD_TYPE))
 
 
-def file_rows_table(adds: pa.StructArray, tombstones: Sequence[RemoveFile]) -> pa.Table:
-    """Checkpoint rows for the active files and the tombstones, sorted by path."""
+def _rows_batch(column: str, values: pa.Array) -> pa.RecordBatch:
+    arrays = [values if f.name == column else pa.nulls(len(values), f.type) for f in CHECKPOINT_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=CHECKPOINT_SCHEMA)
+
+
+def file_rows_table(files: pa.Table, tombstones: Sequence[RemoveFile]) -> pa.Table:
+    """Checkpoint rows for the active files (as :meth:`Snapshot.files_table`) and the tombstones.
+
+    Rows keep the snapshot's order (Delta gives checkpoint rows no particular order).
+    """
+    batches = [_rows_batch("add", add_struct(batch)) for batch in files.to_batches() if batch.num_rows]
     removes = pa.array(_column_rows(tombstones, "remove"), type=REMOVE_TYPE)
-    num_adds, num_removes = len(adds), len(removes)
-    columns = []
-    for field in CHECKPOINT_SCHEMA:
-        if field.name == "add":
-            columns.append(pa.concat_arrays([adds, pa.nulls(num_removes, ADD_TYPE)]))
-        elif field.name == "remove":
-            columns.append(pa.concat_arrays([pa.nulls(num_adds, REMOVE_TYPE), removes]))
-        else:
-            columns.append(pa.nulls(num_adds + num_removes, field.type))
-    table = pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
-    if table.num_rows == 0:
-        return table
-    paths = pa.concat_arrays([adds.field("path"), removes.field("path")])
-    return table.take(pc.sort_indices(paths))
+    if len(removes):
+        batches.append(_rows_batch("remove", removes))
+    return pa.Table.from_batches(batches, schema=CHECKPOINT_SCHEMA)
 
 
 def split_parts(header: pa.Table, file_rows: pa.Table, parts_threshold: int | None) -> list[pa.Table]:
@@ -276,7 +277,7 @@ def split_parts(header: pa.Table, file_rows: pa.Table, parts_threshold: int | No
 def parquet_bytes(table: pa.Table) -> bytes:
     """``table`` as a snappy-compressed Parquet file."""
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="snappy")
+    pq.write_table(table, buffer, compression="snappy", row_group_size=ROW_GROUP_ROWS)
     return buffer.getvalue()
 
 
@@ -322,15 +323,15 @@ def write_checkpoint(
         domain_metadata=snapshot.domain_metadata.values(),
         transactions=snapshot.transactions(),
     )
-    adds = add_struct(snapshot.files_table())
-    if len(adds) != snapshot.num_files:
+    file_rows = file_rows_table(snapshot.files_table(), snapshot.tombstones())
+    num_adds = file_rows.num_rows - file_rows.column("add").null_count
+    if num_adds != snapshot.num_files:
         raise DeltaError(
             "[DELTA_CHECKPOINT_SNAPSHOT_MISMATCH] State of the checkpoint doesn't match that of the "
-            f"snapshot: {len(adds)} add rows for {snapshot.num_files} files at version {snapshot.version} "
+            f"snapshot: {num_adds} add rows for {snapshot.num_files} files at version {snapshot.version} "
             f"of {table}.",
             table=table,
         )
-    file_rows = file_rows_table(adds, snapshot.tombstones())
     parts = split_parts(checkpoint_table(header), file_rows, _part_size(delta_log, parts_threshold))
     if len(parts) == 1:
         paths = [checkpoint_file_single(delta_log.log_path, snapshot.version)]
@@ -345,7 +346,7 @@ def write_checkpoint(
         version=snapshot.version,
         paths=paths,
         size=len(header) + file_rows.num_rows,
-        num_of_add_files=len(adds),
+        num_of_add_files=num_adds,
         size_in_bytes=size_in_bytes,
     )
     last = last_checkpoint_file(delta_log.log_path)

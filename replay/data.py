@@ -14,7 +14,9 @@ releases the GIL; object-store requests overlap).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
+from logstores.filesystem import uri_scheme
 from replay.actions import AddCDCFile, AddFile, Metadata, Protocol, RemoveFile, resolve_path
 from replay.deletion_vectors import read_deletion_vector
 from replay.errors import DeltaError
@@ -40,8 +43,10 @@ FileAction = AddFile | RemoveFile | AddCDCFile
 T = TypeVar("T")
 R = TypeVar("R")
 
-DEFAULT_READ_CONCURRENCY = 8
-"""Files read at once by :func:`read_files` (threads)."""
+REMOTE_READ_CONCURRENCY = 8
+"""Files read at once from object stores (requests overlap)."""
+LOCAL_READ_CONCURRENCY = min(8, os.cpu_count() or 2)
+"""Files read at once from local disk (decoding is CPU-bound)."""
 
 
 class DataFileNotFoundError(DeltaError, FileNotFoundError):
@@ -101,6 +106,12 @@ class TableReader:
             column_mapping_mode=metadata.column_mapping_mode,
             conf=dict(conf or {}),
         )
+
+    @property
+    def concurrency(self) -> int:
+        """How many files to read at once: more for object stores than for local disk."""
+        local = uri_scheme(self.table_path) in ("", "file")
+        return LOCAL_READ_CONCURRENCY if local else REMOTE_READ_CONCURRENCY
 
     # -- schema -------------------------------------------------------------------------------
     def read_fields(self, columns: Sequence[str] | None = None) -> list[StructField]:
@@ -211,14 +222,17 @@ class TableReader:
         files: Iterable[FileAction],
         columns: Sequence[str] | None = None,
         *,
-        max_workers: int = DEFAULT_READ_CONCURRENCY,
+        max_workers: int | None = None,
         ignore_missing: bool = False,
     ) -> pa.Table:
-        """All rows of ``files`` (deletion vectors applied), concatenated in the given order."""
+        """All rows of ``files`` (deletion vectors applied), concatenated in the given order.
+
+        ``max_workers`` files are read at once (default: :attr:`concurrency`).
+        """
         tables = map_concurrently(
             lambda file: self.read_file(file, columns, ignore_missing=ignore_missing),
             list(files),
-            max_workers,
+            max_workers or self.concurrency,
         )
         if not tables:
             return self._empty(self.read_fields(columns), ())
@@ -237,12 +251,20 @@ def _open_parquet(uri: str, conf: Mapping[str, str]) -> pq.ParquetFile:
     return pq.ParquetFile(pa.BufferReader(fs.cat_file(path)), coerce_int96_timestamp_unit="us")
 
 
+@functools.cache
+def _shared_pool(size: int) -> ThreadPoolExecutor:
+    """One process-wide pool per size (no thread start-up per call)."""
+    return ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"delta-data-{size}")
+
+
 def map_concurrently(function: Callable[[T], R], items: Sequence[T], max_workers: int) -> list[R]:
-    """``[function(item) for item in items]`` on up to ``max_workers`` threads, order kept."""
+    """``[function(item) for item in items]`` on up to ``max_workers`` threads, order kept.
+
+    Runs on a shared pool: ``function`` must not itself call :func:`map_concurrently`.
+    """
     if len(items) <= 1 or max_workers <= 1:
         return [function(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(items))) as pool:
-        return list(pool.map(function, items))
+    return list(_shared_pool(max_workers).map(function, items))
 
 
 # -- Arrow types -------------------------------------------------------------------------------
@@ -396,7 +418,7 @@ def read_files(
     protocol: Protocol | None = None,
     conf: Mapping[str, str] | None = None,
     columns: Sequence[str] | None = None,
-    max_workers: int = DEFAULT_READ_CONCURRENCY,
+    max_workers: int | None = None,
 ) -> pa.Table:
     """The rows of ``files`` with the table's logical schema (or ``columns`` of it).
 

@@ -6,6 +6,7 @@ latest snapshot is cached and reused while the log has not moved on.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import threading
@@ -14,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 from logstores import create_log_store
-from logstores.base import LogStore
+from logstores.base import FileStatus, LogStore
 from logstores.conf import ConfLike, to_conf_dict
 from logstores.filesystem import uri_scheme
 from replay import filenames
@@ -33,6 +34,7 @@ from replay.snapshot import Snapshot, load_snapshot, prefetch, read_commit_file
 
 READ_THREADS_KEY = "delta.logstores.replay.readThreads"
 DEFAULT_READ_THREADS = 8
+LOCAL_SCHEMES = frozenset({"file", "memory"})
 
 Timestamp = int | float | str | _dt.datetime | _dt.date
 
@@ -74,7 +76,8 @@ class DeltaLog:
         self.table_path = normalize_table_uri(table_uri)
         self.log_path = f"{self.table_path}/_delta_log"
         self.store: LogStore = store if store is not None else create_log_store(self.conf)
-        self.read_threads = int(self.conf.get(READ_THREADS_KEY, DEFAULT_READ_THREADS))
+        local = uri_scheme(self.table_path) in LOCAL_SCHEMES
+        self.read_threads = int(self.conf.get(READ_THREADS_KEY, 1 if local else DEFAULT_READ_THREADS))
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
 
@@ -83,9 +86,18 @@ class DeltaLog:
         """The log of ``table_uri`` with the store ``create_log_store(conf)`` chooses."""
         return cls(table_uri, conf)
 
-    def executor(self) -> ThreadPoolExecutor:
-        """A fresh pool for concurrent reads (use as a context manager)."""
-        return ThreadPoolExecutor(max_workers=self.read_threads, thread_name_prefix="delta-log")
+    @contextlib.contextmanager
+    def executor(self) -> Iterator[ThreadPoolExecutor | None]:
+        """A pool for concurrent reads, or ``None`` (read inline) when :attr:`read_threads` is 1.
+
+        Local files are read inline by default: a pool only adds GIL contention there, while on
+        object stores it hides request latency.
+        """
+        if self.read_threads <= 1:
+            yield None
+            return
+        with ThreadPoolExecutor(max_workers=self.read_threads, thread_name_prefix="delta-log") as pool:
+            yield pool
 
     def __repr__(self) -> str:
         return f"DeltaLog({self.table_path!r})"
@@ -112,22 +124,14 @@ class DeltaLog:
         if not listing.deltas and start > 0:
             listing = classify_listing(list_log(self.store, self.log_path, 0) or [])
         if not listing.deltas:
-            raise TableNotFoundError(
-                f"[DELTA_MISSING_DELTA_TABLE] {self.table_path} is not a Delta table: no commit files in"
-                f" {self.log_path}",
-                table=self.table_path,
-            )
+            raise TableNotFoundError.no_commits(self.table_path, self.log_path)
         return listing.deltas[-1][0]
 
     def _full_listing(self) -> LogListing:
         """The whole log, classified; :class:`TableNotFoundError` if it holds no commit."""
         listing = classify_listing(list_log(self.store, self.log_path, 0) or [])
         if not listing.deltas:
-            raise TableNotFoundError(
-                f"[DELTA_MISSING_DELTA_TABLE] {self.table_path} is not a Delta table: no commit files in"
-                f" {self.log_path}",
-                table=self.table_path,
-            )
+            raise TableNotFoundError.no_commits(self.table_path, self.log_path)
         return listing
 
     def earliest_commit_version(self) -> int:
@@ -223,8 +227,6 @@ class DeltaLog:
     def read_version(self, version: int) -> list[Action]:
         """The actions of commit ``version`` in file order (unknown kinds skipped)."""
         path = filenames.delta_file(self.log_path, version)
-        from logstores.base import FileStatus
-
         try:
             lines = read_commit_file(self, FileStatus(path, 0, 0))
         except DeltaError as exc:
@@ -246,7 +248,7 @@ class DeltaLog:
         """
         statuses = list_log(self.store, self.log_path, max(start_version, 0))
         if statuses is None:
-            raise TableNotFoundError(f"[DELTA_MISSING_DELTA_TABLE] {self.table_path} is not a Delta table")
+            raise TableNotFoundError.no_commits(self.table_path, self.log_path)
         deltas = classify_listing(statuses, end_version).deltas
         expected = start_version
         for version, _ in deltas:

@@ -20,6 +20,14 @@ class DeltaError(Exception):
 class TableNotFoundError(DeltaError):
     """No Delta table at the path: the ``_delta_log`` directory is missing or holds no commits."""
 
+    @classmethod
+    def no_commits(cls, table: str, log_path: str) -> TableNotFoundError:
+        """The error for a table whose log ``log_path`` is missing or has no commit file."""
+        return cls(
+            f"[DELTA_MISSING_DELTA_TABLE] {table} is not a Delta table: no commit files in {log_path}",
+            table=table,
+        )
+
 
 class VersionNotFoundError(DeltaError):
     """The requested version is before the earliest recoverable version or after the latest one."""

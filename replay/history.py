@@ -65,31 +65,32 @@ def active_commit_at(
     if not records:
         raise TimestampOutOfRangeError(f"table {table} has no commits", table=table, timestamp=timestamp_ms)
     first, last = records[0], records[-1]
-    index = bisect.bisect_right([record.timestamp for record in records], timestamp_ms) - 1
-    if index < 0:
-        if can_return_earliest_commit:
-            return first.version
-        raise TimestampOutOfRangeError(
-            f"[DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION] The provided timestamp"
-            f" ({format_timestamp(timestamp_ms)}) is before the earliest version available to table {table}"
-            f" (version {first.version} at {format_timestamp(first.timestamp)}). Please use a timestamp after"
-            f" or at {format_timestamp(first.timestamp)}.",
+
+    def out_of_range(code: str, relation: str, record: CommitRecord, advice: str) -> TimestampOutOfRangeError:
+        return TimestampOutOfRangeError(
+            f"[{code}] The provided timestamp ({format_timestamp(timestamp_ms)}) is {relation} available to"
+            f" table {table} (version {record.version} at {format_timestamp(record.timestamp)}). Please use a"
+            f" timestamp {advice} {format_timestamp(record.timestamp)}.",
             table=table,
             timestamp=timestamp_ms,
             earliest=first.timestamp,
             latest=last.timestamp,
         )
+
+    index = bisect.bisect_right([record.timestamp for record in records], timestamp_ms) - 1
+    if index < 0:
+        if can_return_earliest_commit:
+            return first.version
+        raise out_of_range(
+            "DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION",
+            "before the earliest version",
+            first,
+            "after or at",
+        )
     record = records[index]
     if record is last and record.timestamp < timestamp_ms and not can_return_last_commit:
-        raise TimestampOutOfRangeError(
-            f"[DELTA_TIMESTAMP_GREATER_THAN_COMMIT] The provided timestamp ({format_timestamp(timestamp_ms)})"
-            f" is after the latest version available to table {table} (version {last.version} at"
-            f" {format_timestamp(last.timestamp)}). Please use a timestamp before or at"
-            f" {format_timestamp(last.timestamp)}.",
-            table=table,
-            timestamp=timestamp_ms,
-            earliest=first.timestamp,
-            latest=last.timestamp,
+        raise out_of_range(
+            "DELTA_TIMESTAMP_GREATER_THAN_COMMIT", "after the latest version", last, "before or at"
         )
     return record.version
 

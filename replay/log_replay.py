@@ -303,6 +303,52 @@ def adds_to_arrow(adds: Sequence[Mapping[str, Any]]) -> pa.Table:
     )
 
 
+_NOT_PLAIN_MARKERS = (b"%", b"deletionVector", b'"/', b"file:")
+
+
+def has_plain_paths(raw_commit: bytes) -> bool:
+    """Whether a commit's bytes rule out %-escapes, absolute paths and deletion vectors.
+
+    Conservative (a stats string containing ``"/`` also says no); a ``True`` lets
+    :meth:`ReverseLogReplay.add_commit` use raw paths as keys.
+    """
+    return not any(marker in raw_commit for marker in _NOT_PLAIN_MARKERS)
+
+
+MAX_SLICES = 256
+FLUSH_ROWS = 16 * 1024
+
+
+class MalformedActionError(ValueError):
+    """An add action whose fields have the wrong JSON types; ``source`` is its commit file."""
+
+    def __init__(self, message: str, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+def select_rows(table: pa.Table, keep: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """``table.filter(keep)``, zero-copy when only a few rows are dropped.
+
+    Filtering copies every column (maps and structs included), which costs about a second per
+    million checkpoint rows; dropping the handful of non-file rows by slicing costs nothing.
+    """
+    dropped = pc.indices_nonzero(pc.invert(keep)).to_pylist() if pc.any(pc.invert(keep)).as_py() else []
+    if not dropped:
+        return table
+    if len(dropped) >= MAX_SLICES:
+        return table.filter(keep)
+    slices = []
+    start = 0
+    for index in dropped:
+        if index > start:
+            slices.append(table.slice(start, index - start))
+        start = index + 1
+    if start < table.num_rows:
+        slices.append(table.slice(start))
+    return pa.concat_tables(slices) if slices else table.slice(0, 0)
+
+
 def _without_nulls(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
@@ -333,23 +379,49 @@ class ReverseLogReplay:
         self.metadata: dict[str, Any] | None = None
         self.transactions: dict[str, dict[str, Any]] = {}
         self.domains: dict[str, dict[str, Any]] = {}
-        self.commit_add_tables: list[pa.Table] = []  # surviving adds of each commit, camelCase columns
+        self._add_tables: list[pa.Table] = []
+        self._buffer: list[tuple[list[Mapping[str, Any]], str | None]] = []
+        self._buffered = 0
         self.commit_removes: list[dict[str, Any]] = []
         self.checkpoint_adds: list[pa.Table] = []
         self.checkpoint_removes: list[pa.Table] = []
         self._seen: set[str] = set()  # key strings of every file action seen in a commit
 
-    def add_commit(self, actions: Sequence[Mapping[str, Any]], later_lines_win: bool = True) -> None:
+    def add_commit(
+        self,
+        actions: Sequence[Mapping[str, Any]],
+        later_lines_win: bool = True,
+        plain_paths: bool = False,
+        source: str | None = None,
+    ) -> None:
         """One commit's parsed lines (``{"add": {...}}`` ...), in file order.
 
         Within a commit the last action for a key wins, as in :class:`InMemoryLogReplay`. Log
         compaction files list a tombstone before a stale add of the same key and are read with
         ``later_lines_win=False`` (the first action for a key wins, as in Delta Kernel).
+        ``plain_paths`` promises that no add has a %-escape, an absolute path or a deletion
+        vector (see :func:`has_plain_paths`), so its raw path is its key. ``source`` names the
+        commit in :class:`MalformedActionError` if one of its adds cannot be converted to Arrow.
         """
         seen = self._seen
         adds: list[Mapping[str, Any]] = []
         self._pending_adds = adds
-        for line in reversed(actions) if later_lines_win else actions:
+        lines = reversed(actions) if later_lines_win else actions
+        if plain_paths:
+            append = adds.append
+            remember = seen.add
+            for line in lines:
+                add = line.get("add")
+                if add is None:
+                    self._other_action(line)
+                    continue
+                before = len(seen)
+                remember(add["path"])
+                if len(seen) != before:
+                    append(add)
+            self._buffer_adds(adds, source)
+            return
+        for line in lines:
             add = line.get("add")
             if add is not None:
                 path = add["path"]
@@ -360,8 +432,75 @@ class ReverseLogReplay:
                     adds.append(add)
                 continue
             self._other_action(line)
+        self._buffer_adds(adds, source)
+
+    def add_plain_commit(
+        self, adds: pa.Table, is_add: Sequence[bool], others: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """One commit already split by :func:`replay.snapshot.parse_plain_commit`.
+
+        ``adds`` holds the commit's add rows (:data:`ADD_ARROW_TYPE` columns, plain paths) in file
+        order, ``is_add`` flags each line, ``others`` are the remaining lines as dicts. Later
+        lines win as in :meth:`add_commit`; when no path repeats and none was seen before (an
+        append), the whole table is kept without a per-row loop.
+        """
+        seen = self._seen
+        paths = adds.column("path").to_pylist()
+        removed = {_dict_key(line["remove"]) for line in others if line.get("remove") is not None}
+        if seen.isdisjoint(paths) and removed.isdisjoint(paths) and len(set(paths)) == len(paths):
+            seen.update(paths)
+            for line in reversed(others):
+                self._other_action(line)
+            self._add_tables.append(adds)
+            return
+        keep: list[int] = []
+        add_index, other_index = len(paths) - 1, len(others) - 1
+        for flag in reversed(is_add):
+            if flag:
+                before = len(seen)
+                seen.add(paths[add_index])
+                if len(seen) != before:
+                    keep.append(add_index)
+                add_index -= 1
+            else:
+                self._other_action(others[other_index])
+                other_index -= 1
+        if len(keep) == len(paths):
+            self._add_tables.append(adds)
+        elif keep:
+            self._add_tables.append(adds.take(pa.array(keep[::-1], pa.int64())))
+
+    def _buffer_adds(self, adds: list[Mapping[str, Any]], source: str | None) -> None:
         if adds:
-            self.commit_add_tables.append(adds_to_arrow(adds))
+            self._buffer.append((adds, source))
+            self._buffered += len(adds)
+            if self._buffered >= FLUSH_ROWS:
+                self.flush()
+
+    def flush(self) -> None:
+        """Convert the buffered surviving adds to Arrow (done every :data:`FLUSH_ROWS` adds).
+
+        Raises :class:`MalformedActionError` naming the commit whose add has a wrong field type.
+        """
+        if not self._buffer:
+            return
+        buffered, self._buffer, self._buffered = self._buffer, [], 0
+        rows = [add for adds, _ in buffered for add in adds]
+        try:
+            self._add_tables.append(adds_to_arrow(rows))
+        except ValueError:
+            for adds, source in buffered:  # find the culprit
+                try:
+                    adds_to_arrow(adds)
+                except ValueError as exc:
+                    raise MalformedActionError(f"{exc} in {source}", source=source) from None
+            raise
+
+    @property
+    def commit_add_tables(self) -> list[pa.Table]:
+        """Surviving adds of the commits as Arrow tables (camelCase :data:`ADD_ARROW_TYPE` columns)."""
+        self.flush()
+        return self._add_tables
 
     def _other_action(self, line: Mapping[str, Any]) -> None:
         """Apply the first known, non-null action of ``line`` (unknown kinds are ignored)."""
@@ -406,9 +545,8 @@ class ReverseLogReplay:
             self.checkpoint_removes.append(self._unseen(removes))
 
     def _unseen(self, table: pa.Table) -> pa.Table:
-        table = table.filter(pc.is_valid(table.column("path")))
-        if not self._seen or not table.num_rows:
-            return table
-        seen = pa.array(list(self._seen), pa.string())
-        keep = pc.invert(pc.is_in(arrow_file_keys(table), value_set=seen))
-        return table.filter(keep)
+        keep = pc.is_valid(table.column("path"))
+        if self._seen and table.num_rows:
+            seen = pa.array(list(self._seen), pa.string())
+            keep = pc.and_(keep, pc.invert(pc.is_in(arrow_file_keys(table), value_set=seen)))
+        return select_rows(table, keep)

@@ -265,10 +265,7 @@ def build_log_segment(
         statuses = list_log(store, log_path, 0)
         listing = classify_listing(statuses or [], version_to_load)
     if statuses is None or listing.is_empty:
-        raise TableNotFoundError(
-            f"[DELTA_MISSING_DELTA_TABLE] {table} is not a Delta table: no commit files in {log_path}",
-            table=table,
-        )
+        raise TableNotFoundError.no_commits(table, log_path)
     try:
         return select_log_segment(
             log_path, listing, table, version_to_load=version_to_load, before_checkpoint=before_checkpoint

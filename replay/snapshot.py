@@ -16,13 +16,16 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from functools import cached_property
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pajson
 
 from logstores.base import FileStatus
 from replay.actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
@@ -33,7 +36,13 @@ from replay.errors import (
     MissingProtocolOrMetadataError,
     UnsupportedTableFeatureError,
 )
-from replay.log_replay import ReverseLogReplay, arrow_rows
+from replay.log_replay import (
+    ADD_ARROW_TYPE,
+    MalformedActionError,
+    ReverseLogReplay,
+    arrow_rows,
+    has_plain_paths,
+)
 from replay.schema import StructType
 from replay.segment import LogSegment, build_log_segment
 
@@ -105,15 +114,14 @@ _CAMEL = {
     "deletion_timestamp": "deletionTimestamp",
     "extended_file_metadata": "extendedFileMetadata",
 }
-_DV_CAMEL = pa.struct(
-    [
-        pa.field("storageType", pa.string()),
-        pa.field("pathOrInlineDv", pa.string()),
-        pa.field("offset", pa.int32()),
-        pa.field("sizeInBytes", pa.int32()),
-        pa.field("cardinality", pa.int64()),
-    ]
-)
+_DV_CAMEL = ADD_ARROW_TYPE.field("deletionVector").type
+_DV_CAMEL_NAMES = {
+    "storage_type": "storageType",
+    "path_or_inline_dv": "pathOrInlineDv",
+    "offset": "offset",
+    "size_in_bytes": "sizeInBytes",
+    "cardinality": "cardinality",
+}
 
 _INTERVAL_UNITS_MS = {
     "week": 7 * 86_400_000,
@@ -293,7 +301,10 @@ class Snapshot:
 
     @cached_property
     def _files_table(self) -> pa.Table:
-        parts = [_checkpoint_to_arrow(table, FILES_SCHEMA) for table in self._add_tables]
+        by_schema: dict[pa.Schema, list[pa.Table]] = {}
+        for add_table in self._add_tables:  # one conversion per schema, not per commit
+            by_schema.setdefault(add_table.schema, []).append(add_table)
+        parts = [_checkpoint_to_arrow(pa.concat_tables(same), FILES_SCHEMA) for same in by_schema.values()]
         table = pa.concat_tables(parts) if parts else FILES_SCHEMA.empty_table()
         return table.set_column(
             table.schema.get_field_index("data_change"),
@@ -350,8 +361,8 @@ def _dv_from_camel(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks else pa.array([], _DV_CAMEL)
     children = []
-    for camel, target in zip(_DV_CAMEL, DV_TYPE, strict=True):
-        index = array.type.get_field_index(camel.name)
+    for target in DV_TYPE:
+        index = array.type.get_field_index(_DV_CAMEL_NAMES[target.name])
         if index < 0:
             children.append(pa.nulls(len(array), target.type))
         else:
@@ -396,21 +407,37 @@ T = TypeVar("T")
 
 
 def prefetch(
-    executor: Executor, function: Callable[[FileStatus], T], items: Sequence[FileStatus], window: int
+    executor: Executor | None,
+    function: Callable[[FileStatus], T],
+    items: Sequence[FileStatus],
+    window: int,
+    batch: int = 1,
 ) -> Iterator[T]:
-    """``map(function, items)`` in order, with at most ``window`` calls running ahead."""
-    pending: deque[Future[T]] = deque()
-    iterator = iter(items)
-    for item in iterator:
-        pending.append(executor.submit(function, item))
+    """``map(function, items)`` in order, with at most ``window`` tasks of ``batch`` items running ahead.
+
+    Batching amortises the per-task cost of the pool when the files are many and small.
+    Without an executor the items are processed inline, lazily.
+    """
+    if executor is None:
+        yield from map(function, items)
+        return
+    groups = [items[i : i + batch] for i in range(0, len(items), max(batch, 1))]
+    pending: deque[Future[list[T]]] = deque()
+    iterator = iter(groups)
+
+    def run(group: Sequence[FileStatus]) -> list[T]:
+        return [function(item) for item in group]
+
+    for group in iterator:
+        pending.append(executor.submit(run, group))
         if len(pending) >= window:
             break
     while pending:
-        result = pending.popleft().result()
+        results = pending.popleft().result()
         nxt = next(iterator, None)
         if nxt is not None:
-            pending.append(executor.submit(function, nxt))
-        yield result
+            pending.append(executor.submit(run, nxt))
+        yield from results
 
 
 def read_commit_bytes(delta_log: DeltaLog, status: FileStatus) -> bytes:
@@ -432,6 +459,69 @@ def parse_commit(delta_log: DeltaLog, status: FileStatus, raw: bytes) -> list[di
     except CorruptLogError as exc:
         exc.table = delta_log.table_path
         raise
+
+
+_PLAIN_ADD_SCHEMA = pa.schema(
+    [pa.field("add", pa.struct([f for f in ADD_ARROW_TYPE if not pa.types.is_nested(f.type)]))]
+)
+_JSON_PARSE = pajson.ParseOptions(explicit_schema=_PLAIN_ADD_SCHEMA, unexpected_field_behavior="ignore")
+_JSON_READ = pajson.ReadOptions(use_threads=True, block_size=1 << 24)
+
+
+@dataclass(frozen=True)
+class PlainCommit:
+    """An append-style commit split into Arrow add rows and the other lines (as dicts)."""
+
+    adds: pa.Table
+    is_add: list[bool]
+    others: list[dict[str, Any]]
+
+
+def parse_plain_commit(raw: bytes) -> PlainCommit | None:
+    """Parse a commit whose adds are all plain with pyarrow's (multi-threaded) JSON reader.
+
+    Eligible: no blank lines, :func:`has_plain_paths`, no ``tags``, every add with empty
+    ``partitionValues`` (the shape of an unpartitioned append). Anything else, or any doubt
+    (pyarrow error, counts that do not add up), returns ``None`` and the caller parses the
+    commit line by line with orjson, which also produces the exact error for a bad line.
+    """
+    body = raw.rstrip(b"\r\n")
+    adds_expected = body.count(b'{"add":{')
+    if (
+        not adds_expected
+        or b"\n\n" in body
+        or b'"tags"' in body
+        or body.count(b'"partitionValues":{}') != adds_expected
+        or not has_plain_paths(body)
+    ):
+        return None
+    try:
+        table = pajson.read_json(pa.BufferReader(body), read_options=_JSON_READ, parse_options=_JSON_PARSE)
+    except pa.ArrowException:
+        return None
+    if table.num_rows != body.count(b"\n") + 1:
+        return None
+    add = table.column("add").combine_chunks()
+    is_add = add.is_valid().to_pylist()
+    if sum(is_add) != adds_expected:
+        return None
+    lines = body.split(b"\n")
+    try:
+        others = [orjson.loads(line) for line, flag in zip(lines, is_add, strict=True) if not flag]
+    except orjson.JSONDecodeError:
+        return None
+    if any(type(line) is not dict for line in others):
+        return None
+    rows = add.filter(add.is_valid()).flatten()
+    count = len(rows[0])
+    columns = dict(zip([f.name for f in add.type], rows, strict=True))
+    columns["partitionValues"] = pa.MapArray.from_arrays(
+        pa.array([0] * (count + 1), pa.int32()), pa.array([], pa.string()), pa.array([], pa.string())
+    )
+    columns["tags"] = pa.nulls(count, ADD_ARROW_TYPE.field("tags").type)
+    columns["deletionVector"] = pa.nulls(count, ADD_ARROW_TYPE.field("deletionVector").type)
+    adds = pa.Table.from_arrays([columns[f.name] for f in ADD_ARROW_TYPE], schema=pa.schema(ADD_ARROW_TYPE))
+    return PlainCommit(adds, is_add, others)
 
 
 def read_commit_file(delta_log: DeltaLog, status: FileStatus) -> list[dict[str, Any]]:
@@ -462,34 +552,37 @@ def load_snapshot(delta_log: DeltaLog, segment: LogSegment, executor: Executor |
     version 0) is used instead with a logged warning; if there is none, the checkpoint's
     :class:`CorruptLogError` is raised. A corrupt commit file always raises (never a partial state).
     """
-    own_executor = executor is None
-    if executor is None:
-        executor = ThreadPoolExecutor(max_workers=delta_log.read_threads, thread_name_prefix="delta-replay")
-    try:
+    if executor is not None:
         return _load(delta_log, segment, executor)
-    finally:
-        if own_executor:
-            executor.shutdown(wait=False, cancel_futures=True)
+    with delta_log.executor() as pool:
+        return _load(delta_log, segment, pool)
 
 
-def _load(delta_log: DeltaLog, segment: LogSegment, executor: Executor) -> Snapshot:
+def _load(delta_log: DeltaLog, segment: LogSegment, executor: Executor | None) -> Snapshot:
     state = ReverseLogReplay()
     newest_first = list(reversed(segment.replay_files))
     newest: list[dict[str, Any]] = []
     window = max(2, 2 * delta_log.read_threads)
     statuses = [status for _, _, status in newest_first]
-    raw_commits = prefetch(executor, lambda status: read_commit_bytes(delta_log, status), statuses, window)
+    batch = max(1, min(32, len(statuses) // (4 * delta_log.read_threads)))
+    raw_commits = prefetch(
+        executor, lambda status: read_commit_bytes(delta_log, status), statuses, window, batch
+    )
     with gc_paused():
         for index, ((start, end, status), raw) in enumerate(zip(newest_first, raw_commits, strict=True)):
+            plain = parse_plain_commit(raw) if start == end else None
+            if plain is not None:
+                if index == 0:
+                    newest = plain.others
+                state.add_plain_commit(plain.adds, plain.is_add, plain.others)
+                continue
             actions = parse_commit(delta_log, status, raw)
             if index == 0:
                 newest = actions
-            try:
-                state.add_commit(actions, later_lines_win=start == end)
-            except ValueError as exc:
-                raise CorruptLogError(
-                    f"{exc} in {status.path}", table=delta_log.table_path, path=status.path
-                ) from exc
+            state.add_commit(
+                actions, later_lines_win=start == end, plain_paths=has_plain_paths(raw), source=status.path
+            )
+        _finish_commits(delta_log, state)
     if segment.checkpoint is not None:
         try:
             data = read_checkpoint(
@@ -508,8 +601,15 @@ def _load(delta_log: DeltaLog, segment: LogSegment, executor: Executor) -> Snaps
     return Snapshot(delta_log, segment, state, newest_commit=newest)
 
 
+def _finish_commits(delta_log: DeltaLog, state: ReverseLogReplay) -> None:
+    try:
+        state.flush()
+    except MalformedActionError as exc:
+        raise CorruptLogError(str(exc), table=delta_log.table_path, path=exc.source) from exc
+
+
 def _fall_back(
-    delta_log: DeltaLog, segment: LogSegment, executor: Executor, error: CorruptLogError
+    delta_log: DeltaLog, segment: LogSegment, executor: Executor | None, error: CorruptLogError
 ) -> Snapshot:
     assert segment.checkpoint is not None
     try:

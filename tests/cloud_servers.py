@@ -208,19 +208,32 @@ class Azurite:
         return {"spark.delta.logStore.abfs.options.connection_string": self.connection_string(endpoint, key)}
 
 
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[MotoServer]:
-    """moto_server (S3 + DynamoDB) as a subprocess for the whole session."""
+def _start_moto(env: dict[str, str] | None = None) -> tuple[ServerProcess, MotoServer]:
     executable = shutil.which("moto_server")
     if executable is None:
         pytest.fail("moto_server is not on PATH: pip install 'moto[server]'")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    server = ServerProcess(
-        "moto_server", [executable, "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/"
-    )
+    argv = [executable, "-H", "127.0.0.1", "-p", str(port)]
+    return ServerProcess("moto_server", argv, f"{endpoint}/moto-api/", env), MotoServer(endpoint)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    """moto_server (S3 + DynamoDB) as a subprocess for the whole session; any credentials work."""
+    server, moto = _start_moto()
     try:
-        yield MotoServer(endpoint)
+        yield moto
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def moto_server_checking_credentials() -> Iterator[MotoServer]:
+    """A moto_server that enforces IAM authentication: every access key is unknown to it."""
+    server, moto = _start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    try:
+        yield moto
     finally:
         server.stop()
 

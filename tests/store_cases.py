@@ -52,4 +52,6 @@ def memory_store() -> StoreUnderTest:
 def hdfs_store(tmp_path: Path) -> StoreUnderTest:
     """The rename-based store over the local filesystem, addressed with ``file://`` URIs."""
     return StoreUnderTest(HDFSLogStore(), f"file://{tmp_path}", has_directories=True)
-STORE_FIXTURES += ["s3_store", "s3_single_driver_store", "s3_dynamodb_store", "gcs_store", "azure_store"]  # cloud_servers
+
+
+STORE_FIXTURES += ["s3_store", "s3_single_driver_store", "s3_dynamodb_store", "gcs_store", "azure_store"]

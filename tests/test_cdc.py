@@ -601,3 +601,22 @@ def test_plain_stream_of_appends_and_change_commits(tmp_path: Path) -> None:
         delta_log, read_change_feed=False, stream_options=StreamOptions(skip_change_commits=True)
     )
     assert [sorted(b["id"].to_pylist()) for b in drain(skipping, offset, lambda: None)[0]] == [[3]]
+
+
+def test_stream_fails_on_data_loss_unless_told_not_to(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    delta_log = new_table(path, range(2))
+    append(path, range(2, 4))
+    append(path, range(4, 6))
+    DeltaTable(str(path)).create_checkpoint()
+    Path(delta_file(delta_log.log_path, 1).removeprefix("file://")).unlink()
+    strict = DeltaSource(delta_log, starting_version=1)
+    with pytest.raises(DataLossError) as info:
+        strict.latest_offset(strict.initial_offset(), None)
+    assert str(info.value).startswith(
+        "[DELTA_MISSING_FILES_UNEXPECTED_VERSION] The stream from your Delta table was expecting process "
+        "data from version 1,\nbut the earliest available version in the _delta_log directory is 2."
+    )
+    lenient = DeltaSource(delta_log, starting_version=1, fail_on_data_loss=False)
+    batches, _ = drain(lenient, lenient.initial_offset(), lambda: None)
+    assert [ids(batch) for batch in batches] == [[(4, "insert", 2), (5, "insert", 2)]]

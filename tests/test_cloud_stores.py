@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pyspark import SparkConf
@@ -29,6 +30,7 @@ from logstores.options import storage_options
 from logstores.s3 import key_before
 from tests.cloud_servers import (
     AWS_TEST_KEY,
+    AWS_TEST_SECRET,
     AZURITE_ACCOUNT,
     CLOUD_STORE_FIXTURES,
     Azurite,
@@ -309,6 +311,11 @@ def test_azure_missing_container(azurite: Azurite) -> None:
         store.write(f"abfs://no-such-container/t/_delta_log/{commit_name(0)}", ["x"])
 
 
+def test_azure_store_refuses_adls_gen1() -> None:
+    with pytest.raises(LogStoreError, match=r"ADLS Gen1 \(adl://\) has been retired"):
+        AzureLogStore({"spark.delta.logStore.adl.options.store_name": "x"}).write("adl://x/t/0", ["x"])
+
+
 def test_azure_wrong_key_is_a_permission_error_without_the_key(azurite: Azurite) -> None:
     wrong_key = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
     store = AzureLogStore(azurite.conf(key=wrong_key))
@@ -319,6 +326,26 @@ def test_azure_wrong_key_is_a_permission_error_without_the_key(azurite: Azurite)
         store.write(f"abfs://{container}/t/_delta_log/{commit_name(0)}", ["x"])
     assert wrong_key not in str(info.value)
     assert wrong_key not in repr(store)
+
+
+def test_s3_wrong_credentials_are_a_permission_error_without_the_secret(
+    moto_server_checking_credentials: MotoServer,
+) -> None:
+    secret = "wrong-secret-that-must-not-leak"
+    conf = s3_conf(moto_server_checking_credentials, **{"spark.hadoop.fs.s3a.secret.key": secret})
+    uri = f"s3a://bucket/t/_delta_log/{commit_name(0)}"
+    endpoint = moto_server_checking_credentials.endpoint
+    for store in (S3LogStore(conf), S3SingleDriverLogStore(conf)):
+        with pytest.raises(
+            PermissionError, match=rf"access to {uri} was denied by {endpoint} \((InvalidAccessKeyId|403)\)"
+        ) as info:
+            store.write(uri, ["x"])
+        assert secret not in str(info.value)
+    dynamo = S3DynamoDBLogStore(dynamodb_conf(moto_server_checking_credentials, unique_name("ddb")))
+    denied = r"access to DynamoDB table `.*` in us-east-1 was denied \((UnrecognizedClientException|403)\)"
+    with pytest.raises(PermissionError, match=denied) as info:
+        dynamo.get_latest_external_entry("s3a://bucket/t")
+    assert AWS_TEST_SECRET not in str(info.value)
 
 
 def test_s3_service_ignoring_if_none_match_is_refused(
@@ -408,6 +435,36 @@ def test_spark_conf_reaches_azure(azurite: Azurite, scheme: str) -> None:
     [status] = store.list_from(f"{root}/_delta_log/{commit_name(0)}")
     assert status.path == f"{root}/_delta_log/{commit_name(0)}"
     assert store.read(status.path) == ["hello"]
+
+
+@pytest.mark.spark
+def test_spark_session_conf_reaches_every_cloud(
+    spark: Any, moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite
+) -> None:
+    settings = {
+        **moto_server.s3a_conf(),
+        **gcs_server.conf(),
+        "spark.delta.logStore.abfss.options.connection_string": azurite.connection_string(),
+    }
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        store = create_log_store(spark)
+    finally:
+        for key in settings:
+            spark.conf.unset(key)
+    roots = [
+        f"s3a://{moto_server.create_bucket()}/t",
+        f"gs://{gcs_server.create_bucket()}/t",
+        f"abfss://{azurite.create_container()}@{AZURITE_ACCOUNT}.dfs.core.windows.net/t",
+    ]
+    for root in roots:
+        store.write(f"{root}/_delta_log/{commit_name(0)}", [root])
+        assert [s.path for s in store.list_from(f"{root}/_delta_log/0")] == [
+            f"{root}/_delta_log/{commit_name(0)}"
+        ]
+        assert store.read(f"{root}/_delta_log/{commit_name(0)}") == [root]
+    assert "'secret': '***'" in repr(store)
 
 
 def test_s3a_keys_map_to_s3fs_options() -> None:
@@ -519,8 +576,9 @@ def test_secrets_never_reach_repr_errors_or_logs(
     for text in (repr(s3), repr(azure), str(conflict.value), str(missing.value), str(denied.value), our_logs):
         assert secret not in text
         assert azure_key not in text
-    assert "'secret': '***'" in repr(s3)
-    assert AWS_TEST_KEY in repr(s3) or "'key': '***'" in repr(s3)
+    for option in ("key", "secret", "token"):
+        assert f"'{option}': '***'" in repr(s3)
+    assert AWS_TEST_KEY not in repr(s3)
 
 
 def test_every_cloud_store_is_exported() -> None:

@@ -219,3 +219,11 @@ def test_four_writer_processes_on_local_disk(tmp_path: Path) -> None:
     with ProcessPoolExecutor(WRITERS, mp_context=get_context("spawn")) as pool:
         results = list(pool.map(append_many, [uri] * WRITERS, range(WRITERS)))
     check_all_committed(uri, [v for versions in results for v in versions])
+
+
+def test_delta_log_commit_and_checkpoint_delegate(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    assert log.commit([add("a")], "WRITE", {"mode": "Append"}) == 1
+    assert lines(log, 1)[0]["commitInfo"]["operationParameters"] == {"mode": "Append"}
+    assert log.checkpoint().version == 1
+    assert (tmp_path / "t" / "_delta_log" / f"{1:020d}.checkpoint.parquet").is_file()

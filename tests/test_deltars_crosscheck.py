@@ -210,3 +210,28 @@ def test_deltars_reads_our_checkpoints(tmp_path: Path) -> None:
     assert seen["files"] == expected_files
     assert our_file_uris(path) == expected_files
     assert len(seen["rows"]) == 5
+
+
+def test_deltars_reads_our_table_features(tmp_path: Path) -> None:
+    import datetime as dt
+
+    path = str(tmp_path / "t")
+    data = pa.table(
+        {"id": [1, 2], "at": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)] * 2, pa.timestamp("us"))}
+    )
+    write_table(path, data, configuration={"delta.enableInCommitTimestamps": "true"})
+    write_table(path, data.slice(0, 1))
+    protocol = DeltaTable(path).protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
+    assert sorted(protocol.writer_features) == [
+        "appendOnly",
+        "inCommitTimestamp",
+        "invariants",
+        "timestampNtz",
+    ]
+    history = DeltaTable(path).history()
+    assert [entry["version"] for entry in history] == [1, 0]
+    assert all("inCommitTimestamp" in entry for entry in history)
+    seen = deltars_read(path)
+    assert seen["version"] == 1
+    assert sorted(row["id"] for row in seen["rows"]) == [1, 1, 2]

@@ -348,7 +348,9 @@ def test_a_table_deleted_while_in_use_is_named(table: Table) -> None:
     store = table.store()
     store.write(table.path(0), ["zero"])
     table.moto.client("dynamodb").delete_table(TableName=table.ddb_table)
-    with pytest.raises(LogStoreError, match=f"DynamoDB table `{table.ddb_table}` in us-east-1 does not exist"):
+    with pytest.raises(
+        LogStoreError, match=f"DynamoDB table `{table.ddb_table}` in us-east-1 does not exist"
+    ):
         store.write(table.path(1), ["one"])
 
 

@@ -66,6 +66,10 @@ def test_delta_rs_operations_and_checkpoints(tmp_path: Path) -> None:
     _ours_vs_theirs(path)
     latest = DeltaLog.for_table(str(path)).snapshot()
     assert {r.path for r in latest.tombstones()} >= {f.path for f in snapshot.files()}
+    assert sorted(latest.tombstones_table().column("path").to_pylist()) == sorted(
+        r.path for r in latest.tombstones()
+    )
+    assert all(r.data_change is False for r in latest.tombstones())
 
 
 def test_files_table_and_files_agree(tmp_path: Path) -> None:
@@ -116,6 +120,12 @@ def test_malformed_commit_line_names_file_and_line(tmp_path: Path) -> None:
     commit.write_bytes(b"[1,2]\n")
     with pytest.raises(CorruptLogError, match="line 1: not a JSON object"):
         DeltaLog.for_table(str(path)).snapshot()
+    commit.write_bytes(b'{"add":{"path":"x","partitionValues":{},"size":"big","modificationTime":1}}\n')
+    with pytest.raises(
+        CorruptLogError, match=r"malformed add action: .* in .*00000000000000000001\.json"
+    ) as info:
+        DeltaLog.for_table(str(path)).snapshot()
+    assert info.value.path is not None and info.value.path.endswith("00000000000000000001.json")
 
 
 def test_blank_lines_and_unknown_actions_are_tolerated(tmp_path: Path) -> None:

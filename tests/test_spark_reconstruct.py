@@ -24,6 +24,8 @@ GOLDEN = [
     "delta-spark-golden/log-replay-dv-key-cases/delta",
     "delta-spark-golden/canonicalized-paths-special-a/delta",
     "delta-rs/checkpoint_with_partitions/delta",
+    "delta-spark-golden/v2-checkpoint-parquet/delta",
+    "delta-rs/checkpoint-v2-table/delta",
 ]
 
 

@@ -124,33 +124,53 @@ def test_change_feed_stream_restarts_from_its_checkpoint(deltalog: Any, tmp_path
     path = tmp_path / "t"
     shutil.copytree(GOLDEN / "kernel-rs/cdf-table/delta", path)
     checkpoint = tmp_path / "checkpoint"
-    options = {"readChangeFeed": "true", "startingVersion": "0", "maxFilesPerTrigger": "4"}
+    options = {"readChangeFeed": "true", "startingVersion": "1", "maxFilesPerTrigger": "1"}
     first = run_stream(deltalog, path, checkpoint, **options)
-    # version 0 has 10 files, admitted 4 + 4 + 2; each later commit carries cdc files and comes whole
-    assert [batch.num_rows for batch in first] == [4, 4, 2, 6, 6, 1]
+    # versions 1-3 carry 6, 6 and 1 cdc files: each commit comes whole despite the limit of 1 file
+    assert [batch.num_rows for batch in first] == [6, 6, 1]
     assert run_stream(deltalog, path, checkpoint, **options) == []
-    write_deltalake(
-        str(path),
-        pa.table(
-            {"id": pa.array([11], pa.int32()), "name": ["Zoe"], "birthday": pa.array([None], pa.date32())}
-        ),
-        mode="append",
-    )
-    DeltaTable(str(path)).delete("id = 1")
+    for new_id in (11, 12):  # versions 4 and 5: one file each
+        row = {
+            "id": pa.array([new_id], pa.int32()),
+            "name": ["Zoe"],
+            "birthday": pa.array([None], pa.date32()),
+        }
+        write_deltalake(str(path), pa.table(row), mode="append")
+    DeltaTable(str(path)).delete("id = 1")  # version 6
     second = run_stream(deltalog, path, checkpoint, **options)
-    assert sorted({version for batch in second for version in batch["_commit_version"].to_pylist()}) == [4, 5]
-    everything = table_changes(DeltaLog.for_table(str(path)), starting_version=0)
+    assert [sorted(set(batch["_commit_version"].to_pylist())) for batch in second] == [[4], [5], [6]]
+    everything = table_changes(DeltaLog.for_table(str(path)), starting_version=1)
     streamed = pa.concat_tables([b.cast(everything.schema) for b in first + second])
     assert table_rows(streamed) == table_rows(everything)
 
 
-def test_plain_stream_of_appends(deltalog: Any, tmp_path: Path) -> None:
+def test_running_plain_stream_picks_up_new_commits(deltalog: Any, tmp_path: Path) -> None:
     path = tmp_path / "t"
     write_deltalake(str(path), pa.table({"id": pa.array([1, 2], pa.int64())}))
     write_deltalake(str(path), pa.table({"id": pa.array([3], pa.int64())}), mode="append")
-    batches = run_stream(deltalog, path, tmp_path / "checkpoint")
-    assert [sorted(b["id"].to_pylist()) for b in batches] == [[1, 2, 3]]
-    assert batches[0].column_names == ["id"]
+    seen: list[list[int]] = []
+
+    def collect(frame: Any, batch_id: int) -> None:
+        ids = sorted(row["id"] for row in frame.collect())
+        if ids:
+            seen.append(ids)
+
+    query = (
+        deltalog.readStream.format("deltalog")
+        .load(str(path))
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert seen == [[1, 2, 3]]  # the snapshot at the start, as one batch of inserts
+        write_deltalake(str(path), pa.table({"id": pa.array([4, 5], pa.int64())}), mode="append")
+        query.processAllAvailable()
+        assert seen == [[1, 2, 3], [4, 5]]
+    finally:
+        query.stop()
+    assert query.exception() is None
 
 
 def test_change_feed_stream_on_s3(deltalog: Any, moto_server: Any, tmp_path: Path) -> None:

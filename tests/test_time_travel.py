@@ -61,6 +61,7 @@ def test_snapshot_by_timestamp_and_version(time_travel_table: Path) -> None:
     assert log.snapshot(timestamp=at_20).version == 1
     assert log.snapshot(timestamp=at_20.isoformat()).version == 1
     assert [log.snapshot(v).num_files for v in range(3)] == [2, 4, 6]
+    assert [log.snapshot(v).timestamp for v in range(3)] == [START + v * TWENTY_MINUTES for v in range(3)]
 
 
 def test_commit_times_are_forced_monotonic(time_travel_table: Path) -> None:

@@ -64,17 +64,12 @@ def cmd_store(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay.cli import output
 
     choice = explain_log_store(args.uri, conf)
-    store = choice.store_class(conf)
-    try:
-        resolved = store.resolve_path_on_physical_storage(args.uri)
-    except Exception as exc:  # noqa: BLE001 - an unknown filesystem does not stop the explanation
-        resolved = f"unavailable ({exc})"
+    store = choice.store_class(conf)  # built but not connected: this command stays offline
     details = {
         "uri": args.uri,
         "store": choice.class_name,
         "chosen_by": choice.reason,
         "partial_writes_visible": store.is_partial_write_visible(args.uri),
-        "resolved_path": resolved,
         "conf": redact({key: value for key, value in conf.items() if _storage_key(key)}),
     }
     output.emit_mapping(details, as_json=args.json, title="LogStore")

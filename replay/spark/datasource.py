@@ -54,7 +54,7 @@ from replay.cdc import (
     DeltaSource,
     DeltaSourceOffset,
     StreamOptions,
-    plan_change_reads,
+    plan_changes,
     read_change,
     resolve_change_range,
 )
@@ -286,10 +286,6 @@ class DeltaLogBatchReader(DataSourceReader):
         settings = self.settings
         delta_log = DeltaLog.for_table(settings.path, settings.conf)
         if settings.read_change_feed:
-            latest = delta_log.update()
-            reader = TableReader.for_metadata(
-                delta_log.table_path, latest.metadata, latest.protocol, settings.conf
-            )
             resolved = resolve_change_range(
                 delta_log,
                 settings.starting_version if isinstance(settings.starting_version, int) else None,
@@ -298,8 +294,10 @@ class DeltaLogBatchReader(DataSourceReader):
                 settings.ending_timestamp,
                 allow_out_of_range=settings.allow_out_of_range,
             )
-            reads = [] if resolved is None else plan_change_reads(delta_log, *resolved)
-            return reader, reads
+            if resolved is None:
+                return TableReader.for_metadata(delta_log.table_path, delta_log.update().metadata), []
+            plan = plan_changes(delta_log, *resolved)
+            return plan.reader(settings.conf), plan.reads
         snapshot = _snapshot(delta_log, settings)
         reader = TableReader.for_metadata(
             delta_log.table_path, snapshot.metadata, snapshot.protocol, settings.conf

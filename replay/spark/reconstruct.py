@@ -21,8 +21,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replay.actions import action_from_dict, canonicalize_path, file_key
-from replay.checkpoints import parse_json_lines, read_last_checkpoint
+from replay.checkpoints import (
+    CheckpointFormat,
+    parse_json_lines,
+    read_json_checkpoint,
+    read_last_checkpoint,
+    read_parquet_checkpoint,
+)
 from replay.errors import MissingProtocolOrMetadataError
+from replay.filenames import sidecar_file
 from replay.segment import LogSegment, build_log_segment
 from replay.snapshot import DEFAULT_DELETED_FILE_RETENTION, parse_interval_ms
 
@@ -39,25 +46,20 @@ RESULT_DDL = "kind STRING, path STRING, action STRING"
 """Columns of the result: the action kind (``add``, ``remove``, ``metaData``...), the file path
 for file actions, and the action as one Delta log JSON line."""
 
-_SKIPPED_KINDS = frozenset({"commitInfo", "cdc"})
+_SKIPPED_KINDS = frozenset({"commitInfo", "cdc", "checkpointMetadata", "sidecar"})
 
 
-def _log_lines(kind: str, source: str, conf: Mapping[str, str], log_path: str) -> Iterator[bytes]:
-    """The JSON lines of one commit file or one whole checkpoint, read through the LogStore."""
+def _log_lines(kind: str, path: str, conf: Mapping[str, str]) -> Iterator[bytes]:
+    """The JSON lines of one commit file or one checkpoint file, read through the LogStore."""
     from logstores import create_log_store
 
     store = create_log_store(dict(conf))
     if kind == "commit":
-        yield from store.read_bytes(source).split(b"\n")
+        yield from store.read_bytes(path).split(b"\n")
         return
-    from replay.checkpoints import CheckpointInstance, read_checkpoint
-
-    info = orjson.loads(source)
-    statuses = [_status(item) for item in info["files"]]
-    instance = CheckpointInstance.from_name(statuses[0].name)
-    if instance is None:  # pragma: no cover - the driver only sends checkpoint files
-        raise ValueError(f"not a checkpoint file: {statuses[0].path}")
-    data = read_checkpoint(store, log_path, instance, statuses)
+    data = (
+        read_json_checkpoint(store, path) if path.endswith(".json") else read_parquet_checkpoint(store, path)
+    )
     for action in data.actions:
         yield orjson.dumps(action)
     for column, tables in (("add", data.adds), ("remove", data.removes)):
@@ -67,16 +69,10 @@ def _log_lines(kind: str, source: str, conf: Mapping[str, str], log_path: str) -
                 yield orjson.dumps({column: {k: v for k, v in row.items() if v is not None}})
 
 
-def _status(item: Mapping[str, Any]) -> Any:
-    from logstores.base import FileStatus
-
-    return FileStatus(item["path"], item["size"], item["modification_time"])
-
-
-def _keyed_rows(task: tuple[int, str, str], conf: Mapping[str, str], log_path: str) -> Iterator[tuple]:
+def _keyed_rows(task: tuple[int, str, str], conf: Mapping[str, str]) -> Iterator[tuple]:
     """``(version, line, key, json)`` for every action of a task that replay needs."""
-    version, kind, source = task
-    for line, text in enumerate(_log_lines(kind, source, conf, log_path)):
+    version, kind, path = task
+    for line, text in enumerate(_log_lines(kind, path, conf)):
         raw = text
         if not raw.strip():
             continue
@@ -118,14 +114,9 @@ def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | N
 
     segment = _segment(delta_log, version)
     conf = dict(delta_log.conf)
-    log_path = delta_log.log_path
-    tasks: list[tuple[int, str, str]] = []
-    if segment.checkpoint is not None:
-        files = [
-            {"path": s.path, "size": s.size, "modification_time": s.modification_time}
-            for s in segment.checkpoint_files
-        ]
-        tasks.append((segment.checkpoint.version, "checkpoint", orjson.dumps({"files": files}).decode()))
+    tasks = [
+        (segment.checkpoint_version, "checkpoint", path) for path in _checkpoint_files(delta_log, segment)
+    ]
     tasks += [(end, "commit", status.path) for _, end, status in segment.replay_files]
     file_cutoff, txn_cutoff = retention_cutoffs(
         _latest_configuration(delta_log, segment), int(time.time() * 1000)
@@ -135,7 +126,7 @@ def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | N
         raise ValueError(f"{SNAPSHOT_PARTITIONS_KEY} must be positive, got {partitions}")
     context = spark.sparkContext
     rows = context.parallelize(tasks, max(1, min(len(tasks), context.defaultParallelism * 4))).flatMap(
-        lambda task: _keyed_rows(task, conf, log_path)
+        lambda task: _keyed_rows(task, conf)
     )
     actions = spark.createDataFrame(rows, ACTIONS_DDL)
     ordered = actions.repartition(partitions, F.col("key")).sortWithinPartitions("version", "line")
@@ -162,6 +153,28 @@ def _segment(delta_log: DeltaLog, version: int | None) -> LogSegment:
         version_to_load=version,
         last_checkpoint=last,
     )
+
+
+def _checkpoint_files(delta_log: DeltaLog, segment: LogSegment) -> list[str]:
+    """Every file of the segment's checkpoint: classic parts, or a V2 top-level file and its sidecars.
+
+    Each becomes one Spark task. The V2 top-level file (small) is read here to list its sidecars.
+    """
+    if segment.checkpoint is None:
+        return []
+    paths = [status.path for status in segment.checkpoint_files]
+    if segment.checkpoint.format != CheckpointFormat.V2 and len(paths) > 1:
+        return paths
+    top = paths[0]
+    if top.endswith(".json"):
+        rows = read_json_checkpoint(delta_log.store, top).actions
+    else:  # a single-part Parquet checkpoint may be V2 too: read only its sidecar column
+        with delta_log.store.open_input(top) as stream:
+            parquet = pq.ParquetFile(stream)
+            has_sidecars = "sidecar" in parquet.schema_arrow.names
+            rows = parquet.read(columns=["sidecar"]).to_pylist() if has_sidecars else []
+    sidecars = [row["sidecar"]["path"] for row in rows if row.get("sidecar") is not None]
+    return [top, *(sidecar_file(delta_log.log_path, sidecar) for sidecar in sidecars)]
 
 
 def _latest_configuration(delta_log: DeltaLog, segment: LogSegment) -> dict[str, str]:

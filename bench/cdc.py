@@ -1,0 +1,138 @@
+"""Change data feed benchmark: ``replay.cdc.table_changes`` against delta-rs ``load_cdf``.
+
+Run ``python bench/cdc.py [--quick]``. One CDF-enabled table is written with delta-rs under the
+work directory: an initial write of ``--rows`` rows in ``--files`` files, then rounds of
+append, DELETE, UPDATE and MERGE (so the feed mixes ``add``-inferred inserts with ``cdc`` files
+of every change type). Both readers then read the whole feed (version 0 to latest) of the same
+table in the same process, alternately, ``--repeat`` times; imports and a warm-up read happen
+before timing. The table printed (and written to ``bench/results/cdc.json``) gives the median
+wall time, change rows per second and the ratio of our throughput to delta-rs's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+# Run as a script, this directory comes first on sys.path and ``bench/replay.py`` would shadow
+# the ``replay`` package: look packages up from the repository root instead.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(REPO_ROOT))
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+
+
+def people(start: int, count: int) -> pa.Table:
+    ids = pa.array(range(start, start + count), pa.int64())
+    return pa.table(
+        {
+            "id": ids,
+            "name": pc.binary_join_element_wise("name-", pc.cast(ids, pa.string()), ""),
+            "score": pc.multiply(pc.cast(ids, pa.float64()), 0.5),
+            "bucket": pc.cast(pc.bit_wise_and(ids, 15), pa.int32()),
+        }
+    )
+
+
+def build_table(path: Path, rows: int, files: int, rounds: int) -> int:
+    """Write the benchmark table with delta-rs; returns the number of commits."""
+    from deltalake import DeltaTable, write_deltalake
+
+    configuration = {"delta.enableChangeDataFeed": "true"}
+    per_file = rows // files
+    write_deltalake(str(path), people(0, per_file), configuration=configuration)
+    for index in range(1, files):
+        write_deltalake(str(path), people(index * per_file, per_file), mode="append")
+    next_id = rows
+    for round_index in range(rounds):
+        write_deltalake(str(path), people(next_id, per_file), mode="append")
+        next_id += per_file
+        table = DeltaTable(str(path))
+        table.delete(f"id % 97 = {round_index}")
+        table.update(updates={"score": "score + 1"}, predicate=f"id % 89 = {round_index}")
+        source = people(next_id - per_file // 2, per_file)
+        (
+            table.merge(source, predicate="t.id = s.id", source_alias="s", target_alias="t")
+            .when_matched_update(updates={"name": "s.name"})
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        next_id += per_file // 2
+    return DeltaTable(str(path)).version() + 1
+
+
+def ours(path: Path) -> int:
+    from replay.cdc import table_changes
+    from replay.delta_log import DeltaLog
+
+    return table_changes(DeltaLog.for_table(str(path)), starting_version=0).num_rows
+
+
+def delta_rs(path: Path) -> int:
+    from deltalake import DeltaTable
+
+    return pa.table(DeltaTable(str(path)).load_cdf(starting_version=0).read_all()).num_rows
+
+
+def measure(reader: Callable[[Path], int], path: Path) -> tuple[float, int]:
+    started = time.perf_counter()
+    rows = reader(path)
+    return time.perf_counter() - started, rows
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the initial write")
+    parser.add_argument("--files", type=int, default=20, help="files of the initial write")
+    parser.add_argument("--rounds", type=int, default=5, help="append/delete/update/merge rounds")
+    parser.add_argument("--repeat", type=int, default=3, help="timed reads per reader")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the rows, one timed read")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.repeat = args.rows // 10, 1
+    workdir = Path(tempfile.mkdtemp(prefix="cdc-bench-"))
+    try:
+        path = workdir / "table"
+        started = time.perf_counter()
+        commits = build_table(path, args.rows, args.files, args.rounds)
+        print(f"table: {commits} commits written in {time.perf_counter() - started:.1f} s at {path}")
+        readers = {"replay.cdc.table_changes": ours, "deltalake load_cdf": delta_rs}
+        counts = {name: reader(path) for name, reader in readers.items()}  # warm-up and row counts
+        if len(set(counts.values())) != 1:
+            raise SystemExit(f"the readers disagree on the number of change rows: {counts}")
+        times: dict[str, list[float]] = {name: [] for name in readers}
+        for _ in range(args.repeat):
+            for name, reader in readers.items():
+                times[name].append(measure(reader, path)[0])
+        rows = next(iter(counts.values()))
+        result: dict[str, object] = {"rows": rows, "commits": commits, "repeat": args.repeat, "readers": {}}
+        print(f"{'reader':<28}{'median s':>10}{'rows/s':>14}")
+        for name, samples in times.items():
+            median = statistics.median(samples)
+            result["readers"][name] = {"median_s": median, "rows_per_s": rows / median}  # type: ignore[index]
+            print(f"{name:<28}{median:>10.3f}{rows / median:>14,.0f}")
+        ratio = statistics.median(times["deltalake load_cdf"]) / statistics.median(
+            times["replay.cdc.table_changes"]
+        )
+        result["throughput_ratio_ours_over_delta_rs"] = ratio
+        print(f"change rows: {rows:,}; throughput ours / delta-rs = {ratio:.2f}x")
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / "cdc.json").write_text(json.dumps(result, indent=2) + "\n")
+        return result
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
