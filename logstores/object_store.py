@@ -73,14 +73,15 @@ def put_if_absent_verified(
     """
     token = uuid.uuid4().hex
     ambiguous: AmbiguousWriteError | None = None
+    last: OSError | None = None
     for _ in range(MAX_PUT_ATTEMPTS):
         try:
             put_once(token)
             return
-        except FileExistsError:
-            pass  # possibly our own earlier attempt, applied but unanswered
+        except FileExistsError as exc:
+            last = exc  # possibly our own earlier attempt, applied but unanswered
         except AmbiguousWriteError as exc:
-            ambiguous = exc
+            ambiguous = last = exc
             logger.warning("the write of %s may not have been applied (%s); re-reading it", display, exc)
         stored = read_back()
         if stored is None:
@@ -90,8 +91,8 @@ def put_if_absent_verified(
             return
         raise FileExistsError(display)
     raise LogStoreError(
-        f"could not tell whether {display} was written: {MAX_PUT_ATTEMPTS} attempts failed, last: {ambiguous}"
-    ) from ambiguous
+        f"could not tell whether {display} was written: {MAX_PUT_ATTEMPTS} attempts failed, last: {last!r}"
+    ) from last
 
 
 def check_endpoint_reachable(endpoint: str, service: str, settings: str) -> None:

@@ -765,7 +765,8 @@ def resolve_change_range(
     else:
         raise InvalidCDCRangeError(
             _in_table(
-                "[DELTA_NO_START_FOR_CDC_READ] No startingVersion or startingTimestamp provided for CDC read.",
+                "[DELTA_NO_START_FOR_CDC_READ] No startingVersion or startingTimestamp provided for CDC "
+                "read.",
                 table,
             ),
             table=table,

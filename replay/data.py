@@ -240,7 +240,7 @@ class TableReader:
 
 
 def _nullable(fields: list[pa.Field]) -> pa.Schema:
-    """Result schemas are nullable: outer joins of files with missing columns produce nulls."""
+    """Result columns are nullable: a file may lack a column (added later), which reads as nulls."""
     return pa.schema([f.with_nullable(True) for f in fields])
 
 
@@ -348,6 +348,8 @@ def _conform_array(array: pa.Array, data_type: DataType, mode: str) -> pa.Array:
         keys = _conform_array(array.keys, data_type.key_type, mode)
         items = _conform_array(array.items, data_type.value_type, mode)
         return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=mask)
+    if pa.types.is_timestamp(array.type) and pa.types.is_timestamp(target):
+        return array.cast(target, safe=False)  # nanoseconds are truncated to microseconds, like Spark
     return array.cast(target)
 
 

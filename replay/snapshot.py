@@ -461,11 +461,21 @@ def parse_commit(delta_log: DeltaLog, status: FileStatus, raw: bytes) -> list[di
         raise
 
 
+_PLAIN_ADD_FIELDS = ("path", "size", "modificationTime", "dataChange", "stats")
 _PLAIN_ADD_SCHEMA = pa.schema(
-    [pa.field("add", pa.struct([f for f in ADD_ARROW_TYPE if not pa.types.is_nested(f.type)]))]
+    [pa.field("add", pa.struct([ADD_ARROW_TYPE.field(n) for n in _PLAIN_ADD_FIELDS]))]
 )
-_JSON_PARSE = pajson.ParseOptions(explicit_schema=_PLAIN_ADD_SCHEMA, unexpected_field_behavior="ignore")
-_JSON_READ = pajson.ReadOptions(use_threads=True, block_size=1 << 24)
+# Other fields are inferred: an add carrying anything beyond the plain fields and an empty
+# partitionValues (a deletion vector, tags, row tracking ...) shows up in the schema and sends the
+# commit to the orjson path instead of being dropped.
+_JSON_PARSE = pajson.ParseOptions(explicit_schema=_PLAIN_ADD_SCHEMA, unexpected_field_behavior="infer")
+_JSON_READ = pajson.ReadOptions(use_threads=False, block_size=1 << 22)
+_PLAIN_ADD_TYPE = pa.struct(
+    [*_PLAIN_ADD_SCHEMA.field("add").type, pa.field("partitionValues", pa.struct([]))]
+)
+_EMPTY_STRINGS = pa.array([], pa.string())
+PLAIN_COMMIT_MIN_BYTES = 64 * 1024
+"""Smaller commits are parsed with orjson: pyarrow's JSON reader has a fixed cost per call."""
 
 
 @dataclass(frozen=True)
@@ -478,48 +488,47 @@ class PlainCommit:
 
 
 def parse_plain_commit(raw: bytes) -> PlainCommit | None:
-    """Parse a commit whose adds are all plain with pyarrow's (multi-threaded) JSON reader.
+    """Parse an append-style commit with pyarrow's JSON reader instead of line by line.
 
-    Eligible: no blank lines, :func:`has_plain_paths`, no ``tags``, every add with empty
-    ``partitionValues`` (the shape of an unpartitioned append). Anything else, or any doubt
-    (pyarrow error, counts that do not add up), returns ``None`` and the caller parses the
-    commit line by line with orjson, which also produces the exact error for a bad line.
+    Eligible: at least :data:`PLAIN_COMMIT_MIN_BYTES`, no blank lines, adds with only path,
+    size, modificationTime, dataChange, stats and an empty ``partitionValues``, paths without
+    %-escapes or absolute forms (the shape of an unpartitioned append). Anything else, or any doubt, returns ``None`` and the caller parses
+    the commit line by line with orjson, which also produces the exact error for a bad line.
     """
     body = raw.rstrip(b"\r\n")
-    adds_expected = body.count(b'{"add":{')
-    if (
-        not adds_expected
-        or b"\n\n" in body
-        or b'"tags"' in body
-        or body.count(b'"partitionValues":{}') != adds_expected
-        or not has_plain_paths(body)
-    ):
+    if len(body) < PLAIN_COMMIT_MIN_BYTES or b"\n\n" in body:
         return None
     try:
         table = pajson.read_json(pa.BufferReader(body), read_options=_JSON_READ, parse_options=_JSON_PARSE)
     except pa.ArrowException:
         return None
-    if table.num_rows != body.count(b"\n") + 1:
+    if table.num_rows != body.count(b"\n") + 1 or table.schema.field("add").type != _PLAIN_ADD_TYPE:
         return None
     add = table.column("add").combine_chunks()
-    is_add = add.is_valid().to_pylist()
-    if sum(is_add) != adds_expected:
+    valid = add.is_valid()
+    rows = add.filter(valid)
+    if not len(rows) or rows.field("partitionValues").null_count:
         return None
-    lines = body.split(b"\n")
+    paths = rows.field("path")
+    special = pc.or_(pc.match_substring(paths, "%"), pc.starts_with(paths, "/"))
+    if pc.any(pc.or_(special, pc.starts_with(paths, "file:"))).as_py() or paths.null_count:
+        return None
+    is_add = valid.to_pylist()
+    last_other = max((i for i, flag in enumerate(is_add) if not flag), default=-1)
+    lines = body.split(b"\n", last_other + 1) if last_other >= 0 else []
     try:
-        others = [orjson.loads(line) for line, flag in zip(lines, is_add, strict=True) if not flag]
+        others = [orjson.loads(lines[i]) for i in range(last_other + 1) if not is_add[i]]
     except orjson.JSONDecodeError:
         return None
     if any(type(line) is not dict for line in others):
         return None
-    rows = add.filter(add.is_valid()).flatten()
-    count = len(rows[0])
-    columns = dict(zip([f.name for f in add.type], rows, strict=True))
+    count = len(rows)
+    columns = {name: rows.field(name) for name in _PLAIN_ADD_FIELDS}
+    for name in ("baseRowId", "defaultRowCommitVersion", "clusteringProvider", "tags", "deletionVector"):
+        columns[name] = pa.nulls(count, ADD_ARROW_TYPE.field(name).type)
     columns["partitionValues"] = pa.MapArray.from_arrays(
-        pa.array([0] * (count + 1), pa.int32()), pa.array([], pa.string()), pa.array([], pa.string())
+        pa.array([0] * (count + 1), pa.int32()), _EMPTY_STRINGS, _EMPTY_STRINGS
     )
-    columns["tags"] = pa.nulls(count, ADD_ARROW_TYPE.field("tags").type)
-    columns["deletionVector"] = pa.nulls(count, ADD_ARROW_TYPE.field("deletionVector").type)
     adds = pa.Table.from_arrays([columns[f.name] for f in ADD_ARROW_TYPE], schema=pa.schema(ADD_ARROW_TYPE))
     return PlainCommit(adds, is_add, others)
 

@@ -366,21 +366,22 @@ def test_range_errors(tmp_path: Path) -> None:
     append(tmp_path / "t", range(3, 5))
     with pytest.raises(InvalidCDCRangeError) as info:
         table_changes(delta_log)
-    assert (
-        str(info.value)
-        == "[DELTA_NO_START_FOR_CDC_READ] No startingVersion or startingTimestamp provided for CDC read."
+    assert str(info.value) == (
+        "[DELTA_NO_START_FOR_CDC_READ] No startingVersion or startingTimestamp provided for CDC read. "
+        f"(table {delta_log.table_path})"
     )
     with pytest.raises(VersionNotFoundError) as not_found:
         table_changes(delta_log, starting_version=2**63 - 1)
     assert str(not_found.value) == (
         f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {2**63 - 1} for change data feed exceeds the "
-        "latest table version 1."
+        f"latest table version 1. (table {delta_log.table_path})"
     )
     assert table_changes(delta_log, starting_version=5, allow_out_of_range=True).num_rows == 0
     with pytest.raises(InvalidCDCRangeError) as invalid:
         table_changes(delta_log, starting_version=1, ending_version=0)
     assert str(invalid.value) == (
-        "[DELTA_INVALID_CDC_RANGE] CDC range from start 1 to end 0 was invalid. End cannot be before start."
+        "[DELTA_INVALID_CDC_RANGE] CDC range from start 1 to end 0 was invalid. End cannot be before start. "
+        f"(table {delta_log.table_path})"
     )
     assert ids(table_changes(delta_log, starting_version=0, ending_version=7)) == sorted(
         [(i, "insert", 0) for i in range(3)] + [(i, "insert", 1) for i in range(3, 5)]
@@ -567,7 +568,7 @@ def test_stream_from_latest_and_out_of_range(tmp_path: Path) -> None:
         DeltaSource(delta_log, starting_version=5).initial_offset()
     assert (
         str(info.value) == "[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version 5. "
-        "Available versions: [0, 1]."
+        f"Available versions: [0, 1]. (table {delta_log.table_path})"
     )
     with pytest.raises(ValueError, match="Please either provide 'startingVersion' or 'startingTimestamp'"):
         DeltaSource(delta_log, starting_version=0, starting_timestamp=0)

@@ -88,7 +88,9 @@ def test_snapshot_json_matches_the_api(capsys: pytest.CaptureFixture[str], basic
 def test_snapshot_time_travel(capsys: pytest.CaptureFixture[str], basic_append: Path) -> None:
     assert run_json(capsys, "snapshot", str(basic_append), "--version", "0")["num_files"] == 1
     assert run_json(capsys, "snapshot", str(basic_append), "--timestamp", str(V0_MS + 30_000))["version"] == 0
-    assert run_json(capsys, "snapshot", str(basic_append), "--timestamp", "2020-09-13T12:27:40Z")["version"] == 1
+    assert (
+        run_json(capsys, "snapshot", str(basic_append), "--timestamp", "2020-09-13T12:27:40Z")["version"] == 1
+    )
     code, _, err = run(capsys, "snapshot", str(basic_append), "--timestamp", "2020-09-13T12:27:45+00:00")
     assert code == 2
     assert "[DELTA_TIMESTAMP_GREATER_THAN_COMMIT]" in err

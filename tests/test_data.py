@@ -210,6 +210,8 @@ def test_partition_values_keyed_by_physical_name() -> None:
     assert set(got.column(column).to_pylist()) == {add.partition_values[physical]}
 
 
-def test_unknown_files_in_add_are_not_needed() -> None:
-    add = AddFile(path="x.parquet")
-    assert add.partition_values == {}
+def test_nanosecond_timestamps_are_truncated_to_microseconds() -> None:
+    nanos = pa.array([1_000_000_001_999], pa.timestamp("ns"))
+    got = conform_column(nanos, PrimitiveType("timestamp_ntz"))
+    assert got.type == pa.timestamp("us")
+    assert got.cast(pa.int64()).to_pylist() == [1_000_000_001]

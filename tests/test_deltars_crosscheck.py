@@ -235,3 +235,17 @@ def test_deltars_reads_our_table_features(tmp_path: Path) -> None:
     seen = deltars_read(path)
     assert seen["version"] == 1
     assert sorted(row["id"] for row in seen["rows"]) == [1, 1, 2]
+
+
+def test_we_append_to_and_delete_from_a_deltars_table(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"a": [1, 2], "p": ["x", "y"]}), partition_by=["p"])
+    assert write_table(path, pa.table({"a": [3], "p": ["x"]})) == 1
+    snapshot = DeltaLog.for_table(path).snapshot()
+    assert (
+        delete_files(path, [add.path for add in snapshot.files() if add.partition_values == {"p": "y"}]) == 2
+    )
+    seen = deltars_read(path)
+    assert seen["version"] == 2
+    assert sorted_rows(seen["rows"]) == [{"a": 1, "p": "x"}, {"a": 3, "p": "x"}]
+    assert seen["files"] == our_file_uris(path)

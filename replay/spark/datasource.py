@@ -263,9 +263,13 @@ def split_reads(reads: Sequence[ChangeRead], parallelism: int = PARALLELISM_HINT
 def _record_batches(
     reader: TableReader, partition: FilesPartition, change_feed: bool, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of a partition in the query's schema (fixed when the query was planned:
+    columns added to the table later are not read)."""
     target = _arrow_target(schema)
+    cdc_columns = {CDC_TYPE_COLUMN, CDC_COMMIT_VERSION, CDC_COMMIT_TIMESTAMP} if change_feed else set()
+    columns = [name for name in schema.fieldNames() if name not in cdc_columns]
     for read in partition.reads:
-        table = read_change(reader, read) if change_feed else reader.read_file(read.file)
+        table = read_change(reader, read, columns) if change_feed else reader.read_file(read.file, columns)
         if table.num_rows == 0:
             continue
         yield from table.cast(target).to_batches()
