@@ -45,8 +45,9 @@ R = TypeVar("R")
 
 REMOTE_READ_CONCURRENCY = 8
 """Files read at once from object stores (requests overlap)."""
-LOCAL_READ_CONCURRENCY = min(8, os.cpu_count() or 2)
-"""Files read at once from local disk (decoding is CPU-bound)."""
+LOCAL_READ_CONCURRENCY = max(4, min(8, os.cpu_count() or 4))
+"""Files read at once from local disk (decoding releases the GIL; a little more than the cores
+keeps them busy while each file is opened)."""
 
 
 class DataFileNotFoundError(DeltaError, FileNotFoundError):

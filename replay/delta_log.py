@@ -77,7 +77,8 @@ class DeltaLog:
         self.log_path = f"{self.table_path}/_delta_log"
         self.store: LogStore = store if store is not None else create_log_store(self.conf)
         local = uri_scheme(self.table_path) in LOCAL_SCHEMES
-        self.read_threads = int(self.conf.get(READ_THREADS_KEY, 1 if local else DEFAULT_READ_THREADS))
+        default = min(os.cpu_count() or 1, 4) if local else DEFAULT_READ_THREADS
+        self.read_threads = int(self.conf.get(READ_THREADS_KEY, default))
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
 
@@ -90,8 +91,8 @@ class DeltaLog:
     def executor(self) -> Iterator[ThreadPoolExecutor | None]:
         """A pool for concurrent reads, or ``None`` (read inline) when :attr:`read_threads` is 1.
 
-        Local files are read inline by default: a pool only adds GIL contention there, while on
-        object stores it hides request latency.
+        On object stores the pool hides request latency; locally it is sized by the CPUs, for
+        the parsing it does without the GIL.
         """
         if self.read_threads <= 1:
             yield None

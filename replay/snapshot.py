@@ -492,8 +492,9 @@ def parse_plain_commit(raw: bytes) -> PlainCommit | None:
 
     Eligible: at least :data:`PLAIN_COMMIT_MIN_BYTES`, no blank lines, adds with only path,
     size, modificationTime, dataChange, stats and an empty ``partitionValues``, paths without
-    %-escapes or absolute forms (the shape of an unpartitioned append). Anything else, or any doubt, returns ``None`` and the caller parses
-    the commit line by line with orjson, which also produces the exact error for a bad line.
+    %-escapes or absolute forms (the shape of an unpartitioned append). Anything else, or any
+    doubt, returns ``None`` and the caller parses the commit line by line with orjson, which
+    also produces the exact error for a bad line.
     """
     body = raw.rstrip(b"\r\n")
     if len(body) < PLAIN_COMMIT_MIN_BYTES or b"\n\n" in body:
@@ -574,12 +575,16 @@ def _load(delta_log: DeltaLog, segment: LogSegment, executor: Executor | None) -
     window = max(2, 2 * delta_log.read_threads)
     statuses = [status for _, _, status in newest_first]
     batch = max(1, min(32, len(statuses) // (4 * delta_log.read_threads)))
-    raw_commits = prefetch(
-        executor, lambda status: read_commit_bytes(delta_log, status), statuses, window, batch
-    )
+    plain_ok = {status.path for start, end, status in newest_first if start == end}
+
+    def read(status: FileStatus) -> tuple[bytes, PlainCommit | None]:
+        # runs in the pool: pyarrow's JSON parsing releases the GIL, so commits parse in parallel
+        raw = read_commit_bytes(delta_log, status)
+        return raw, parse_plain_commit(raw) if status.path in plain_ok else None
+
+    commits = prefetch(executor, read, statuses, window, batch)
     with gc_paused():
-        for index, ((start, end, status), raw) in enumerate(zip(newest_first, raw_commits, strict=True)):
-            plain = parse_plain_commit(raw) if start == end else None
+        for index, ((start, end, status), (raw, plain)) in enumerate(zip(newest_first, commits, strict=True)):
             if plain is not None:
                 if index == 0:
                     newest = plain.others

@@ -105,37 +105,50 @@ def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> 
     return Protocol(min_reader_version=1, min_writer_version=7, writer_features=writer)
 
 
+_FEATURES_WHEN_UNUSED = frozenset(
+    {"columnMapping", "identityColumns", "generatedColumns", "checkConstraints"}
+)
+"""Writer features that are harmless to this writer as long as the table does not use them."""
+
+
+def features_in_use(metadata: Metadata) -> list[str]:
+    """Writer features the table's metadata actually uses and this writer cannot honour.
+
+    Column invariants, CHECK constraints, generated and identity columns would have to be
+    enforced or computed on write; column mapping would change the data files' column names.
+    """
+    schema_string = metadata.schema_string or ""
+    used = {
+        "invariants": "delta.invariants" in schema_string,
+        "checkConstraints": any(key.startswith("delta.constraints.") for key in metadata.configuration or {}),
+        "generatedColumns": "delta.generationExpression" in schema_string,
+        "identityColumns": "delta.identity." in schema_string,
+        "columnMapping": metadata.column_mapping_mode != "none",
+    }
+    return [name for name, in_use in used.items() if in_use]
+
+
 def check_writable(protocol: Protocol, metadata: Metadata, table: str) -> None:
-    """Raise :class:`UnsupportedTableFeatureError` if this writer cannot write the table safely."""
+    """Raise :class:`UnsupportedTableFeatureError` if this writer cannot write the table safely.
+
+    Refused: writer versions above 7, table features this writer does not know, and features
+    the table uses that would need enforcing (see :func:`features_in_use`).
+    """
     unsupported: list[str] = []
     if protocol.min_writer_version > 7:
         unsupported.append(f"writer version {protocol.min_writer_version}")
     if protocol.min_writer_version == 7:
-        unsupported += sorted(set(protocol.writer_features or ()) - SUPPORTED_WRITER_FEATURES)
-    else:
-        legacy = {5: "columnMapping", 6: "identityColumns"}
-        unsupported += [name for version, name in legacy.items() if protocol.min_writer_version >= version]
-        if protocol.min_writer_version >= 3 and _has_constraints(metadata):
-            unsupported.append("checkConstraints")
-        if protocol.min_writer_version >= 4 and _has_generated_columns(metadata):
-            unsupported.append("generatedColumns")
-    if metadata.column_mapping_mode != "none":
-        unsupported.append("columnMapping")
+        known = SUPPORTED_WRITER_FEATURES | _FEATURES_WHEN_UNUSED
+        unsupported += sorted(set(protocol.writer_features or ()) - known)
+    unsupported += features_in_use(metadata)
     if unsupported:
+        features = list(dict.fromkeys(unsupported))
         raise UnsupportedTableFeatureError(
             f"Cannot write to table {table}: it uses features this writer does not support: "
-            f"{', '.join(dict.fromkeys(unsupported))}",
+            f"{', '.join(features)}",
             table=table,
-            features=list(dict.fromkeys(unsupported)),
+            features=features,
         )
-
-
-def _has_constraints(metadata: Metadata) -> bool:
-    return any(key.startswith("delta.constraints.") for key in metadata.configuration or {})
-
-
-def _has_generated_columns(metadata: Metadata) -> bool:
-    return "delta.generationExpression" in (metadata.schema_string or "")
 
 
 # -- partition values and paths ---------------------------------------------------------------

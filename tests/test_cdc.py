@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -621,3 +622,19 @@ def test_stream_fails_on_data_loss_unless_told_not_to(tmp_path: Path) -> None:
     lenient = DeltaSource(delta_log, starting_version=1, fail_on_data_loss=False)
     batches, _ = drain(lenient, lenient.initial_offset(), lambda: None)
     assert [ids(batch) for batch in batches] == [[(4, "insert", 2), (5, "insert", 2)]]
+
+
+def test_exclude_regex_drops_matching_files_without_falling_back() -> None:
+    commits = [[add("part=0/a"), add("part=1/b")], [cdc("_change_data/part=0/c"), add("part=1/d")]]
+    versions = [(v, index_commit(v, filter_cdc_actions(files, v))) for v, files in enumerate(commits)]
+    admitted = select_changes(
+        versions,
+        0,
+        BASE_INDEX,
+        is_initial_snapshot=False,
+        limits=None,
+        end_offset=None,
+        exclude_regex=re.compile("part=0"),
+    )
+    paths = [e.file_action.path for _, entries in admitted for e in entries if e.file_action is not None]
+    assert paths == ["part=1/b"]

@@ -7,15 +7,17 @@ import os
 import shutil
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from replay import filenames
+from replay import snapshot as snapshot_module
 from replay.actions import AddFile, resolve_path
 from replay.delta_log import DeltaLog
 from replay.errors import CorruptLogError, MissingVersionsError, TableNotFoundError
-from replay.snapshot import FILES_SCHEMA, parse_interval_ms
+from replay.snapshot import FILES_SCHEMA, parse_interval_ms, parse_plain_commit
 
 
 def _data(start: int, count: int = 3) -> pa.Table:
@@ -259,3 +261,92 @@ def test_golden_checkpoint_table_from_a_copy(golden_root: Path, tmp_path: Path) 
         (log_dir / f"{version:020d}.json").unlink()
     snapshot = DeltaLog.for_table(str(tmp_path / "t")).snapshot()
     assert (snapshot.version, snapshot.num_files) == (12, 1)
+
+
+# -- the pyarrow fast path for large append commits ------------------------------------------------
+
+
+def _write_log(root: Path, commits: list[list[dict]]) -> None:
+    log_dir = root / "_delta_log"
+    log_dir.mkdir(parents=True)
+    for version, lines in enumerate(commits):
+        (log_dir / f"{version:020d}.json").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+
+def _add(path: str, **extra: object) -> dict:
+    stats = '{"numRecords":10,"minValues":{"id":1},"maxValues":{"id":10},"nullCount":{"id":0}}'
+    return {
+        "add": {"path": path, "partitionValues": {}, "size": 100, "modificationTime": 7, "dataChange": True}
+        | {"stats": stats}
+        | extra
+    }
+
+
+HEADER = [
+    {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"]}},
+    {
+        "metaData": {
+            "id": "t",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,'
+            '"metadata":{}}]}',
+            "partitionColumns": [],
+            "configuration": {},
+        }
+    },
+]
+
+
+def _big_commit(prefix: str, count: int = 600) -> list[dict]:
+    return [{"commitInfo": {"operation": "WRITE"}}] + [
+        _add(f"{prefix}-{i:05d}.parquet") for i in range(count)
+    ]
+
+
+def _state(path: Path) -> list[tuple]:
+    snapshot = DeltaLog.for_table(str(path)).snapshot()
+    rows = snapshot.files_table().to_pylist(maps_as_pydicts="strict")
+    return sorted(tuple(sorted((k, repr(v)) for k, v in row.items())) for row in rows)
+
+
+def test_large_append_commits_use_the_arrow_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dv = {
+        "storageType": "u",
+        "pathOrInlineDv": "vBn[lx{q8@P<9BNH/isA",
+        "offset": 1,
+        "sizeInBytes": 36,
+        "cardinality": 2,
+    }
+    second = _big_commit("b")
+    second.insert(5, {"remove": {"path": "a-00003.parquet", "deletionTimestamp": 5, "dataChange": True}})
+    second.append({"remove": {"path": "b-00007.parquet", "deletionTimestamp": 5, "dataChange": True}})
+    third = [*_big_commit("c"), _add("a-00004.parquet", deletionVector=dv)]
+    third.append({"remove": {"path": "a-00004.parquet", "deletionTimestamp": 6, "dataChange": True}})
+    fourth = [*_big_commit("d"), _add("b-00009.parquet", tags={"k": "v"})]
+    _write_log(tmp_path / "t", [HEADER, _big_commit("a"), second, third, fourth])
+    raws = [(tmp_path / "t" / "_delta_log" / f"{v:020d}.json").read_bytes() for v in range(5)]
+    plain = [parse_plain_commit(raw) is not None for raw in raws]
+    assert plain == [False, True, True, False, False]
+    fast = _state(tmp_path / "t")
+    monkeypatch.setattr(snapshot_module, "PLAIN_COMMIT_MIN_BYTES", 1 << 40)
+    assert _state(tmp_path / "t") == fast
+    snapshot = DeltaLog.for_table(str(tmp_path / "t")).snapshot()
+    live = {f.path for f in snapshot.files()}
+    assert len(live) == len(fast)
+    assert "a-00003.parquet" not in live
+    assert "b-00007.parquet" not in live  # a remove after the add in the same commit wins
+    dv_variants = [f.deletion_vector for f in snapshot.files() if f.path == "a-00004.parquet"]
+    assert [d.cardinality if d else None for d in dv_variants] == [2]
+    assert snapshot.num_files == 4 * 600 - 2
+    assert next(f for f in snapshot.files() if f.path == "b-00009.parquet").tags == {"k": "v"}
+
+
+def test_malformed_line_in_a_large_commit_names_the_line(tmp_path: Path) -> None:
+    _write_log(tmp_path / "t", [HEADER, _big_commit("a")])
+    commit = tmp_path / "t" / "_delta_log" / f"{1:020d}.json"
+    lines = commit.read_bytes().split(b"\n")
+    lines[300] = lines[300][:40]
+    commit.write_bytes(b"\n".join(lines))
+    assert parse_plain_commit(commit.read_bytes()) is None
+    with pytest.raises(CorruptLogError, match=r"00000000000000000001\.json line 301"):
+        DeltaLog.for_table(str(tmp_path / "t")).snapshot()

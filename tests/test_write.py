@@ -145,14 +145,29 @@ def test_new_table_protocols() -> None:
 
 
 def test_tables_with_unsupported_writer_features_are_refused() -> None:
-    metadata = Metadata(id="m", schema_string='{"type":"struct","fields":[]}')
+    plain = Metadata(id="m", schema_string='{"type":"struct","fields":[]}')
     with pytest.raises(UnsupportedTableFeatureError, match="rowTracking") as caught:
-        check_writable(Protocol(3, 7, [], ["appendOnly", "rowTracking"]), metadata, "file:///t")
+        check_writable(Protocol(3, 7, [], ["appendOnly", "rowTracking"]), plain, "file:///t")
     assert caught.value.features == ["rowTracking"]
     mapped = Metadata(id="m", schema_string="{}", configuration={"delta.columnMapping.mode": "name"})
     with pytest.raises(UnsupportedTableFeatureError, match=r"file:///t: .*columnMapping"):
         check_writable(Protocol(2, 5), mapped, "file:///t")
-    check_writable(Protocol(1, 4), metadata, "file:///t")
+    invariant = '{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":'
+    invariant += '{"delta.invariants":"{\\"expression\\":{\\"expression\\":\\"x > 3\\"}}"}}]}'
+    with pytest.raises(UnsupportedTableFeatureError, match="invariants") as caught:
+        check_writable(Protocol(1, 2), Metadata(id="m", schema_string=invariant), "file:///t")
+    assert caught.value.features == ["invariants"]
+    constrained = Metadata(id="m", schema_string="{}", configuration={"delta.constraints.positive": "x > 0"})
+    with pytest.raises(UnsupportedTableFeatureError, match="checkConstraints"):
+        check_writable(Protocol(1, 3), constrained, "file:///t")
+    # features that are declared but not used, or that need nothing from a writer, are fine
+    check_writable(Protocol(1, 4), plain, "file:///t")
+    check_writable(Protocol(2, 5), plain, "file:///t")
+    check_writable(
+        Protocol(3, 7, ["deletionVectors"], ["deletionVectors", "columnMapping", "checkConstraints"]),
+        plain,
+        "t",
+    )
 
 
 # -- writing tables -------------------------------------------------------------------------------------
