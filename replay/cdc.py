@@ -18,6 +18,7 @@ ties this together for the PySpark stream reader; everything here is plain Pytho
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -885,19 +886,26 @@ class ChangePlan:
 def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: bool = False) -> ChangePlan:
     """Plan the reads of versions ``[start, end]``, checking CDF is on throughout the range.
 
-    One snapshot is loaded (at ``start``); later metadata and protocol come from the commits
-    read, so no second snapshot is needed when ``end`` is the latest version.
+    The table description at ``start`` comes from the start commit when it carries both
+    metadata and protocol (version 0 always does), else from a snapshot; later metadata and
+    protocol come from the commits read, so the latest snapshot is loaded only when ``end`` is
+    not the latest version.
     """
     table = delta_log.table_path
-    start_snapshot = delta_log.snapshot(start)
-    metadata, protocol = start_snapshot.metadata, start_snapshot.protocol
+    changes = iter(delta_log.get_changes(start, end, fail_on_data_loss=False))
+    first = next(changes, None)
+    metadata, protocol = (
+        _description_in(first[1]) if first is not None and first[0] == start else (None, None)
+    )
+    if metadata is None or protocol is None:
+        start_snapshot = delta_log.snapshot(start)
+        metadata, protocol = start_snapshot.metadata, start_snapshot.protocol
     if not is_cdf_enabled(metadata):
         raise missing_change_data_error(start, start, end, table)
     timestamps = commit_timestamps(delta_log)
     reads: list[ChangeRead] = []
-    expected = start
-    last_read = start
-    for version, actions in delta_log.get_changes(start, end, fail_on_data_loss=False):
+    expected = last_read = start
+    for version, actions in itertools.chain([first] if first is not None else [], changes):
         if version > end:
             break
         if version != expected and fail_on_data_loss:
@@ -907,13 +915,12 @@ def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: boo
                 table=table,
             )
         expected = last_read = version + 1
-        for action in actions:
-            if isinstance(action, Metadata):
-                if not is_cdf_enabled(action):
-                    raise missing_change_data_error(version, start, end, table)
-                metadata = action
-            elif isinstance(action, Protocol):
-                protocol = action
+        commit_metadata, commit_protocol = _description_in(actions)
+        if commit_metadata is not None:
+            if not is_cdf_enabled(commit_metadata):
+                raise missing_change_data_error(version, start, end, table)
+            metadata = commit_metadata
+        protocol = commit_protocol or protocol
         files = filter_cdc_actions(actions, version)
         if files:
             timestamp = timestamps.get(version)
@@ -924,6 +931,17 @@ def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: boo
         latest = delta_log.update()
         metadata, protocol = latest.metadata, latest.protocol
     return ChangePlan(table, reads, metadata, protocol)
+
+
+def _description_in(actions: Sequence[Any]) -> tuple[Metadata | None, Protocol | None]:
+    """The last metadata and protocol actions of one commit (``None`` where it has none)."""
+    metadata = protocol = None
+    for action in actions:
+        if isinstance(action, Metadata):
+            metadata = action
+        elif isinstance(action, Protocol):
+            protocol = action
+    return metadata, protocol
 
 
 # -- streaming source -------------------------------------------------------------------------

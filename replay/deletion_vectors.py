@@ -22,7 +22,7 @@ import struct
 import uuid
 import zlib
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import unquote
 
 import numpy as np
@@ -111,17 +111,6 @@ def encode_uuid(value: uuid.UUID) -> str:
 
 
 # -- locating -------------------------------------------------------------------------------
-def descriptor_from_dict(value: Mapping[str, Any]) -> dict[str, Any]:
-    """Normalise a log-JSON ``deletionVector`` object into snake_case keys."""
-    return {
-        "storage_type": value["storageType"],
-        "path_or_inline_dv": value["pathOrInlineDv"],
-        "offset": value.get("offset"),
-        "size_in_bytes": int(value["sizeInBytes"]),
-        "cardinality": int(value["cardinality"]),
-    }
-
-
 def dv_file_path(descriptor: DeletionVectorDescriptorLike, table_path: str) -> str | None:
     """Where the DV's file is (``None`` for inline DVs).
 

@@ -114,12 +114,6 @@ class ReadSettings:
         if "startingversion" in lowered:
             value = lowered["startingversion"].strip()
             starting_version = "latest" if value.lower() == "latest" else _version(value, "startingVersion")
-        if (
-            "startingversion" in lowered
-            and "startingtimestamp" in lowered
-            and not _bool(lowered, "readchangefeed")
-        ):
-            raise InvalidOptionError("Please either provide 'startingVersion' or 'startingTimestamp'")
         return cls(
             path=path,
             conf=conf,
@@ -284,6 +278,13 @@ class DeltaLogBatchReader(DataSourceReader):
         self.schema = schema
         self._plan: tuple[TableReader, list[ChangeRead]] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Tasks need the table reader, not the whole plan (their partition carries the reads)."""
+        state = dict(self.__dict__)
+        if self._plan is not None:
+            state["_plan"] = (self._plan[0], [])
+        return state
+
     def _make_plan(self) -> tuple[TableReader, list[ChangeRead]]:
         from replay.delta_log import DeltaLog
 
@@ -310,9 +311,9 @@ class DeltaLogBatchReader(DataSourceReader):
         return reader, reads
 
     def partitions(self) -> Sequence[InputPartition]:
-        reader, reads = self._plan or self._make_plan()
-        self._plan = (reader, [])
-        return split_reads(reads)
+        if self._plan is None:
+            self._plan = self._make_plan()
+        return split_reads(self._plan[1])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilesPartition)
