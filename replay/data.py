@@ -34,7 +34,7 @@ from logstores.filesystem import uri_scheme
 from replay.actions import AddCDCFile, AddFile, Metadata, Protocol, RemoveFile, resolve_path
 from replay.deletion_vectors import read_deletion_vector
 from replay.errors import DeltaError
-from replay.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
+from replay.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType, arrow_type
 from replay.snapshot import check_protocol_readable
 
 logger = logging.getLogger(__name__)
@@ -269,22 +269,8 @@ def map_concurrently(function: Callable[[T], R], items: Sequence[T], max_workers
 
 
 # -- Arrow types -------------------------------------------------------------------------------
-def arrow_type(data_type: DataType) -> pa.DataType:
-    """The Arrow type of a Delta type with logical names (nested structs as ``pa.struct``)."""
-    if isinstance(data_type, StructType):
-        return pa.struct([arrow_field(f) for f in data_type.fields])
-    if isinstance(data_type, ArrayType):
-        return pa.list_(pa.field("element", arrow_type(data_type.element_type), data_type.contains_null))
-    if isinstance(data_type, MapType):
-        return pa.map_(
-            pa.field("key", arrow_type(data_type.key_type), False),
-            pa.field("value", arrow_type(data_type.value_type), data_type.value_contains_null),
-        )
-    return data_type.to_arrow()
-
-
 def arrow_field(struct_field: StructField) -> pa.Field:
-    """The Arrow field of a schema field (logical name)."""
+    """The Arrow field of a schema field (logical name, no field-id metadata)."""
     return pa.field(struct_field.name, arrow_type(struct_field.type), struct_field.nullable)
 
 

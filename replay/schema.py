@@ -83,7 +83,7 @@ class ArrayType:
         }
 
     def to_arrow(self, physical: bool = False) -> pa.DataType:
-        return pa.list_(pa.field("element", self.element_type.to_arrow(physical), self.contains_null))
+        return pa.list_(pa.field("element", arrow_type(self.element_type, physical), self.contains_null))
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ class MapType:
 
     def to_arrow(self, physical: bool = False) -> pa.DataType:
         return pa.map_(
-            pa.field("key", self.key_type.to_arrow(physical), False),
-            pa.field("value", self.value_type.to_arrow(physical), self.value_contains_null),
+            pa.field("key", arrow_type(self.key_type, physical), False),
+            pa.field("value", arrow_type(self.value_type, physical), self.value_contains_null),
         )
 
 
@@ -139,7 +139,7 @@ class StructField:
         arrow_metadata = None
         if physical and self.field_id is not None:
             arrow_metadata = {b"PARQUET:field_id": str(self.field_id).encode()}
-        return pa.field(name, self.type.to_arrow(physical), self.nullable, metadata=arrow_metadata)
+        return pa.field(name, arrow_type(self.type, physical), self.nullable, metadata=arrow_metadata)
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,13 @@ class StructType:
 
 
 DataType = PrimitiveType | ArrayType | MapType | StructType
+
+
+def arrow_type(data_type: DataType, physical: bool = False) -> pa.DataType:
+    """The Arrow type of any Delta type (a nested struct becomes ``pa.struct``, not a schema)."""
+    if isinstance(data_type, StructType):
+        return data_type.to_arrow_type(physical)
+    return data_type.to_arrow(physical)
 
 
 def physical_name(struct_field: StructField) -> str:

@@ -285,3 +285,24 @@ def test_last_checkpoint_serialisation_matches_delta() -> None:
         LastCheckpointInfo.from_json("{}")
     with pytest.raises(ValueError, match="invalid JSON"):
         LastCheckpointInfo.from_json("")
+
+
+def test_nested_types_convert_to_arrow() -> None:
+    from replay.schema import parse_schema
+
+    schema = parse_schema(
+        '{"type":"struct","fields":['
+        '{"name":"s","type":{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":{}}]},'
+        '"nullable":true,"metadata":{}},'
+        '{"name":"a","type":{"type":"array","elementType":{"type":"struct","fields":[]},"containsNull":false},'
+        '"nullable":true,"metadata":{}},'
+        '{"name":"m","type":{"type":"map","keyType":"string","valueType":{"type":"array","elementType":"date",'
+        '"containsNull":true},"valueContainsNull":true},"nullable":false,"metadata":{}}]}'
+    )
+    assert schema.to_arrow() == pa.schema(
+        [
+            pa.field("s", pa.struct([pa.field("x", pa.int64())])),
+            pa.field("a", pa.list_(pa.field("element", pa.struct([]), False))),
+            pa.field("m", pa.map_(pa.string(), pa.list_(pa.field("element", pa.date32()))), False),
+        ]
+    )
