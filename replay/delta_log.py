@@ -272,12 +272,25 @@ class DeltaLog:
         actions: Sequence[Action],
         operation: str = "WRITE",
         operation_parameters: Mapping[str, Any] | None = None,
+        *,
+        read_version: int | None = None,
+        reads_whole_table: bool = False,
     ) -> int:
-        """Commit ``actions`` as the next version (see :func:`replay.commit.commit`); returns it."""
+        """Commit ``actions`` as the next version (see :func:`replay.commit.commit`); returns it.
+
+        ``read_version`` is the version the actions were derived from: commits landed since then
+        are checked for conflicts. ``None`` makes a blind commit against the latest version.
+        """
         from replay.commit import commit
 
-        version = commit(self, actions, operation, operation_parameters)
-        return version
+        return commit(
+            self,
+            actions,
+            operation,
+            operation_parameters,
+            read_version=read_version,
+            reads_whole_table=reads_whole_table,
+        )
 
     def checkpoint(self, version: int | None = None) -> Any:
         """Write a checkpoint of ``version`` (latest if ``None``) via :mod:`replay.checkpoint_writer`."""

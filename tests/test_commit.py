@@ -227,3 +227,13 @@ def test_delta_log_commit_and_checkpoint_delegate(tmp_path: Path) -> None:
     assert lines(log, 1)[0]["commitInfo"]["operationParameters"] == {"mode": "Append"}
     assert log.checkpoint().version == 1
     assert (tmp_path / "t" / "_delta_log" / f"{1:020d}.checkpoint.parquet").is_file()
+
+
+def test_delta_log_commit_checks_conflicts_since_its_read_version(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    log.commit([add("a")])
+    assert log.commit([remove("a")], "DELETE", read_version=1) == 2
+    with pytest.raises(ConcurrentModificationError) as error:
+        log.commit([remove("a")], "DELETE", read_version=1)
+    assert error.value.winning_version == 2
+    assert log.commit([add("b")], read_version=1) == 3  # a blind append still goes through
