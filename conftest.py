@@ -34,19 +34,11 @@ def golden_root() -> Path:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One quiet local SparkSession for the whole run (Spark tests run serially)."""
-    from pyspark.sql import SparkSession
+    from replay.spark.session import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("delta-logstores-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .config("spark.executorEnv.PYTHONPATH", str(REPO_ROOT))
-        .getOrCreate()
+    session = local_session(
+        "delta-logstores-tests",
+        {"spark.driver.memory": "2g", "spark.executorEnv.PYTHONPATH": str(REPO_ROOT)},
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -96,21 +96,10 @@ def _spark_part(uri: str, conf: Mapping[str, str]) -> None:
     from pyspark.sql import SparkSession
 
     from replay.spark import register
+    from replay.spark.session import local_session
 
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("deltalog-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in conf.items():
-        builder = builder.config(key, value)
     own_session = SparkSession.getActiveSession() is None
-    spark = builder.getOrCreate()
-    if own_session:
-        spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("deltalog-demo", conf)
     try:
         register(spark)
         print("\nPySpark: spark.read.format('deltalog').load(uri)")
