@@ -9,10 +9,14 @@ directory (no data files, only ``_delta_log``):
 * ``small``: 1 000 commits x 10 adds.
 
 Each measurement runs in a fresh interpreter (so peak RSS via ``resource.getrusage`` is the
-measurement's own): ours is ``DeltaLog.for_table(p).snapshot()`` plus the active files' URIs
-as a Python list, delta-rs is ``DeltaTable(p).file_uris()``; imports happen before the clock
-starts (for ours including pyarrow's lazy pandas import). The table printed (and written to
-``bench/results/``) gives the median wall time, peak RSS and the ratio ours / delta-rs.
+measurement's own). Both sides do the same work: delta-rs is ``DeltaTable(p).file_uris()``,
+which loads the full add state (stats included) and lists the URIs; ours is
+``DeltaLog.for_table(p).snapshot()``, then ``files_table()`` (the full Arrow add state a user
+gets, stats included; the child checks the stats are there) and ``file_uris()`` (the URIs as a
+Python list). Imports happen before the clock starts (for ours including pyarrow's lazy pandas
+import). The table printed (and written to ``bench/results/``) gives the median wall time, peak
+RSS, the ratios ours / delta-rs, and the CPU time (user + system, all threads) of each side,
+which is less sensitive than wall time to other load on the machine.
 ``--quick`` divides the shapes by 10 and runs each measurement once.
 """
 
@@ -156,14 +160,13 @@ def _checkpoint(table: Path) -> None:
 
 # -- measurement (child side) -----------------------------------------------------------------
 def measure_ours(path: str) -> int:
-    import pyarrow.compute as pc
-
     from replay.delta_log import DeltaLog
 
     snapshot = DeltaLog.for_table(path).snapshot()
-    paths = snapshot.files_table().column("path")
-    root = "file://" + os.path.abspath(path) + "/"
-    uris = pc.binary_join_element_wise(root, paths, "").to_pylist()
+    table = snapshot.files_table()  # the full add state as the user gets it, stats included
+    assert table.column("stats").null_count == 0
+    uris = snapshot.file_uris()
+    assert uris[0].startswith("file://") and len(uris) == table.num_rows
     return len(uris)
 
 
@@ -187,11 +190,14 @@ def child(engine: str, path: str) -> None:
         pyarrow.array([0])
     else:
         import deltalake  # noqa: F401
+    before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     count = measure_ours(path) if engine == "ours" else measure_deltars(path)
     seconds = time.perf_counter() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_mb, "files": count}))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    peak_mb = after.ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss_mb": peak_mb, "files": count}))
 
 
 # -- driver -----------------------------------------------------------------------------------
@@ -214,6 +220,7 @@ def measure(engine: str, table: Path, repeat: int) -> dict[str, float]:
     counts = {int(run["files"]) for run in runs}
     return {
         "seconds": statistics.median(run["seconds"] for run in runs),
+        "cpu_seconds": statistics.median(run["cpu_seconds"] for run in runs),
         "peak_rss_mb": statistics.median(run["peak_rss_mb"] for run in runs),
         "files": counts.pop() if len(counts) == 1 else -1,
     }
@@ -221,15 +228,17 @@ def measure(engine: str, table: Path, repeat: int) -> dict[str, float]:
 
 def render(rows: list[dict[str, object]]) -> str:
     header = (
-        "| shape | files | ours s | delta-rs s | time ratio | ours MB | delta-rs MB | RSS ratio |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| shape | files | ours s | delta-rs s | time ratio | ours MB | delta-rs MB | RSS ratio "
+        "| ours CPU s | delta-rs CPU s |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [header]
     for row in rows:
         lines.append(
             f"| {row['shape']} ({row['describe']}) | {row['files']} | {row['ours_s']:.3f} | "
             f"{row['deltars_s']:.3f} | {row['time_ratio']:.2f} | {row['ours_mb']:.0f} | "
-            f"{row['deltars_mb']:.0f} | {row['rss_ratio']:.2f} |"
+            f"{row['deltars_mb']:.0f} | {row['rss_ratio']:.2f} | {row['ours_cpu_s']:.2f} | "
+            f"{row['deltars_cpu_s']:.2f} |"
         )
     return "\n".join(lines)
 
@@ -268,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                 "ours_mb": ours["peak_rss_mb"],
                 "deltars_mb": theirs["peak_rss_mb"],
                 "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"],
+                "ours_cpu_s": ours["cpu_seconds"],
+                "deltars_cpu_s": theirs["cpu_seconds"],
             }
         )
         print(render(rows[-1:]).splitlines()[-1], flush=True)

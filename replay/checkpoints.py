@@ -19,11 +19,13 @@ from urllib.parse import quote
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logstores.base import FileStatus, LogStore
 from replay import filenames
 from replay.errors import CorruptLogError
+from replay.log_replay import select_rows
 
 logger = logging.getLogger(__name__)
 
@@ -264,18 +266,41 @@ def _struct_fields(schema: pa.Schema, column: str) -> list[str]:
 
 
 def _read_file_rows(parquet: pq.ParquetFile, column: str, wanted: Sequence[str]) -> pa.Table | None:
+    """The rows of ``column`` (``add`` or ``remove``) with a path, as a flat table of ``wanted`` fields.
+
+    Read one row group at a time, dropping the other actions' rows as it goes: the peak memory
+    is the kept rows plus one row group, never the whole column set of the file.
+    """
     present = set(_struct_fields(parquet.schema_arrow, column))
     fields = [name for name in wanted if name in present]
     if "path" not in fields:
         return None
-    struct = parquet.read(columns=[f"{column}.{name}" for name in fields]).column(column)
-    chunks = [chunk.flatten() for chunk in struct.chunks]
-    names = [child.name for child in struct.type]
-    if not chunks:
-        return pa.table(
-            {name: pa.array([], child.type) for name, child in zip(names, struct.type, strict=True)}
-        )
-    return pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, names=names) for arrays in chunks])
+    paths = [f"{column}.{name}" for name in fields]
+    tables: list[pa.Table] = []
+    for group in range(parquet.num_row_groups):
+        struct = parquet.read_row_group(group, columns=paths).column(column)
+        for chunk in struct.chunks:
+            table = _sparse_nulls(pa.Table.from_struct_array(chunk))
+            keep = pc.is_valid(table.column("path"))
+            if chunk.null_count:  # from_struct_array ignores the struct's own validity
+                keep = pc.and_(keep, chunk.is_valid())
+            tables.append(select_rows(table, keep))
+    if not tables:
+        struct_type = parquet.schema_arrow.field(column).type
+        return pa.schema([struct_type.field(name) for name in fields]).empty_table()
+    return pa.concat_tables(tables)
+
+
+def _sparse_nulls(table: pa.Table) -> pa.Table:
+    """``table`` with its all-null columns (deletion vectors, row ids ... when unused) not backed by memory.
+
+    ``pa.nulls`` shares one zeroed buffer, where the decoded column holds a full buffer per child.
+    """
+    columns = [
+        pa.nulls(len(column), column.type) if len(column) and column.null_count == len(column) else column
+        for column in table.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def _non_null_rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -286,6 +311,35 @@ def _non_null_rows(table: pa.Table) -> list[dict[str, Any]]:
             continue
         for value in column.drop_null().to_pylist(maps_as_pydicts="lossy"):
             rows.append({name: {k: v for k, v in value.items() if v is not None}})
+    return rows
+
+
+def _may_hold_values(metadata: pq.FileMetaData, group: int, column: str) -> bool:
+    """False only when the statistics prove every leaf of ``column`` is null in row group ``group``."""
+    row_group = metadata.row_group(group)
+    for index in range(row_group.num_columns):
+        chunk = row_group.column(index)
+        if chunk.path_in_schema.split(".", 1)[0] != column:
+            continue
+        stats = chunk.statistics
+        if stats is None or not stats.has_null_count or stats.null_count != chunk.num_values:
+            return True
+    return False
+
+
+def _read_other_actions(parquet: pq.ParquetFile) -> list[dict[str, Any]]:
+    """The non-file actions (protocol, metadata, txn ...) of a Parquet checkpoint as dicts.
+
+    They are a handful of rows among millions: row groups are read one at a time and skipped
+    when their statistics show the columns hold only nulls.
+    """
+    names = parquet.schema_arrow.names
+    columns = [name for name in NON_FILE_COLUMNS if name in names]
+    rows: list[dict[str, Any]] = []
+    for group in range(parquet.num_row_groups):
+        wanted = [name for name in columns if _may_hold_values(parquet.metadata, group, name)]
+        if wanted:
+            rows += _non_null_rows(parquet.read_row_group(group, columns=wanted))
     return rows
 
 
@@ -305,10 +359,7 @@ def read_parquet_checkpoint(store: LogStore, path: str, *, file_rows_only: bool 
             if removes is not None:
                 data.removes.append(removes)
             if not file_rows_only:
-                names = parquet.schema_arrow.names
-                others = [name for name in NON_FILE_COLUMNS if name in names]
-                if others:
-                    data.actions = _non_null_rows(parquet.read(columns=others))
+                data.actions = _read_other_actions(parquet)
             return data
     except FileNotFoundError as exc:
         raise CorruptLogError(f"checkpoint file {path} is missing: {exc}", path=path) from exc

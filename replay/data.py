@@ -7,8 +7,9 @@ select the physical columns of the requested logical columns (``delta.columnMapp
 rename them to logical names (nested fields too), cast to the table schema's Arrow types, fill
 columns the file lacks with nulls, add partition columns from the action's ``partitionValues``
 (Delta's string serialisation; a missing key or ``null`` is a null) and drop the rows the file's
-deletion vector marks as deleted. Files are read concurrently in a thread pool (Arrow decoding
-releases the GIL; object-store requests overlap).
+deletion vector marks as deleted. Local files without deletion vectors are scanned together as
+Arrow datasets (decoded batch by batch on Arrow's thread pool); other files are read concurrently
+in a thread pool (Arrow decoding releases the GIL; object-store requests overlap).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import datetime as _dt
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
@@ -26,6 +27,8 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
@@ -173,16 +176,25 @@ class TableReader:
             raise DataFileNotFoundError(
                 f"Data file {uri} of table {self.table_path} does not exist", table=self.table_path
             ) from None
-        file_schema = parquet.schema_arrow
-        wanted: dict[str, int] = {}
-        for struct_field in data_fields:
-            index = _match_field(file_schema, struct_field, self.column_mapping_mode)
-            if index is not None:
-                wanted[struct_field.name] = index
-        extra_present = [f for f in extra_columns if file_schema.get_field_index(f.name) >= 0]
-        names = [file_schema.field(i).name for i in wanted.values()] + [f.name for f in extra_present]
-        raw = parquet.read(columns=names, use_threads=False) if names else None
+        layout = _Layout.of(parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode)
+        raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
         num_rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
+        return self._assemble(
+            file, fields, layout, raw, num_rows, row_filter=row_filter, extra_columns=extra_columns
+        )
+
+    def _assemble(
+        self,
+        file: FileAction,
+        fields: list[StructField],
+        layout: _Layout,
+        raw: pa.Table | None,
+        num_rows: int,
+        *,
+        row_filter: RowFilter | None,
+        extra_columns: Sequence[pa.Field],
+    ) -> pa.Table:
+        """The result table of :meth:`read_file` from the columns ``raw`` read as ``layout`` says."""
         if row_filter is not None and num_rows:
             mask = row_filter.mask(num_rows)
             raw = raw.filter(mask) if raw is not None else None
@@ -192,19 +204,113 @@ class TableReader:
             if struct_field.name in self.partition_columns:
                 value = self._partition_value(file, struct_field)
                 arrays.append(partition_value_array(value, struct_field.type, num_rows))
-            elif struct_field.name in wanted and raw is not None:
-                column = raw.column(file_schema.field(wanted[struct_field.name]).name)
+            elif struct_field.name in layout.wanted and raw is not None:
+                column = raw.column(layout.wanted[struct_field.name])
                 arrays.append(conform_column(column, struct_field.type, self.column_mapping_mode))
             else:
                 arrays.append(pa.nulls(num_rows, arrow_type(struct_field.type)))
         schema_fields = [arrow_field(f) for f in fields]
         for extra in extra_columns:
-            if raw is not None and extra in extra_present:
+            if raw is not None and extra.name in layout.extra_present:
                 arrays.append(raw.column(extra.name).cast(extra.type))
             else:
                 arrays.append(pa.nulls(num_rows, extra.type))
             schema_fields.append(extra)
         return pa.Table.from_arrays(arrays, schema=_nullable(schema_fields))
+
+    def read_unfiltered(
+        self,
+        files: Sequence[FileAction],
+        columns: Sequence[str] | None = None,
+        *,
+        extra_columns: Sequence[pa.Field] = (),
+        ignore_missing: bool = False,
+        max_workers: int | None = None,
+        finish: Callable[[int, pa.Table], pa.Table] | None = None,
+    ) -> list[pa.Table]:
+        """``[read_file(file, columns, row_filter=False, extra_columns=...) for file in files]``.
+
+        Local files are scanned together, as one Arrow dataset per distinct physical schema: Arrow
+        decodes them batch by batch on its own thread pool, with less CPU than file-by-file reads.
+        Files on other storage are read ``max_workers`` at a time (default :attr:`concurrency`).
+        ``finish(position, table)``, if given, replaces each file's table as soon as it is read,
+        on the reading thread (so that it overlaps with the reading of the next files).
+        """
+
+        def done(position: int, table: pa.Table) -> pa.Table:
+            return table if finish is None else finish(position, table)
+
+        files = list(files)
+        tables: list[pa.Table | None] = [None] * len(files)
+        fields = self.read_fields(columns)
+        data_fields = [f for f in fields if f.name not in self.partition_columns]
+        groups: dict[str, list[tuple[int, Any]]] = {}
+        one_by_one: list[int] = []
+        # Extra columns (``_change_type``) hold a handful of values: decoding them as dictionaries
+        # and casting costs less than building each string.
+        parquet_format = _parquet_format(tuple(f.name for f in extra_columns))
+        for position, file in enumerate(files):
+            fs, path = open_filesystem(self.file_uri(file), self.conf)
+            if not isinstance(fs, LocalFileSystem) or len(files) == 1:
+                one_by_one.append(position)
+                continue
+            try:
+                fragment = parquet_format.make_fragment(path, filesystem=_ARROW_LOCAL_FS)
+                schema = fragment.physical_schema
+            except FileNotFoundError:
+                one_by_one.append(position)  # read_file raises or skips it, as asked
+                continue
+            groups.setdefault(schema.to_string(show_schema_metadata=False), []).append((position, fragment))
+
+        def scan(members: list[tuple[int, Any]]) -> list[tuple[int, pa.Table]]:
+            schema = members[0][1].physical_schema
+            layout = _Layout.of(schema, data_fields, extra_columns, self.column_mapping_mode)
+            positions: dict[str, list[int]] = {}  # a file may be read twice
+            fragments: dict[str, Any] = {}
+            for position, fragment in members:
+                positions.setdefault(fragment.path, []).append(position)
+                fragments[fragment.path] = fragment
+            assembled = []
+            # Each file is assembled as soon as it is read, while Arrow decodes the next ones.
+            for path, raw in _scan_local(parquet_format, schema, list(fragments.values()), layout.names):
+                num_rows = raw.num_rows if raw is not None else fragments[path].metadata.num_rows
+                for position in positions[path]:
+                    table = self._assemble(
+                        files[position],
+                        fields,
+                        layout,
+                        raw,
+                        num_rows,
+                        row_filter=None,
+                        extra_columns=extra_columns,
+                    )
+                    assembled.append((position, done(position, table)))
+            return assembled
+
+        # Groups are scanned at once (Arrow's thread pool stays busy while one group finishes), on
+        # threads of their own: this may run inside a map_concurrently task.
+        members_of = list(groups.values())
+        scans = [scan(members_of[0])] if len(members_of) == 1 else list(_scan_pool().map(scan, members_of))
+        for scanned in scans:
+            for position, table in scanned:
+                tables[position] = table
+        read = map_concurrently(
+            lambda position: done(
+                position,
+                self.read_file(
+                    files[position],
+                    columns,
+                    row_filter=False,
+                    extra_columns=extra_columns,
+                    ignore_missing=ignore_missing,
+                ),
+            ),
+            one_by_one,
+            max_workers or self.concurrency,
+        )
+        for position, table in zip(one_by_one, read, strict=True):
+            tables[position] = table
+        return [table for table in tables if table is not None]  # every position is filled
 
     def _partition_value(self, file: FileAction, struct_field: StructField) -> str | None:
         values = file.partition_values or {}
@@ -228,21 +334,90 @@ class TableReader:
     ) -> pa.Table:
         """All rows of ``files`` (deletion vectors applied), concatenated in the given order.
 
-        ``max_workers`` files are read at once (default: :attr:`concurrency`).
+        Files without a deletion vector are read by :meth:`read_unfiltered`; the others
+        ``max_workers`` at a time (default: :attr:`concurrency`).
         """
-        tables = map_concurrently(
-            lambda file: self.read_file(file, columns, ignore_missing=ignore_missing),
-            list(files),
-            max_workers or self.concurrency,
+        files = list(files)
+        workers = max_workers or self.concurrency
+        whole = [i for i, file in enumerate(files) if getattr(file, "deletion_vector", None) is None]
+        found = self.read_unfiltered(
+            [files[i] for i in whole], columns, ignore_missing=ignore_missing, max_workers=workers
         )
+        tables = dict(zip(whole, found, strict=True))
+        rest = [i for i in range(len(files)) if i not in tables]
+        read = map_concurrently(
+            lambda i: self.read_file(files[i], columns, ignore_missing=ignore_missing), rest, workers
+        )
+        tables.update(zip(rest, read, strict=True))
         if not tables:
             return self._empty(self.read_fields(columns), ())
-        return pa.concat_tables(tables)
+        return pa.concat_tables([tables[i] for i in range(len(files))])
 
 
 def _nullable(fields: list[pa.Field]) -> pa.Schema:
     """Result columns are nullable: a file may lack a column (added later), which reads as nulls."""
     return pa.schema([f.with_nullable(True) for f in fields])
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where requested columns are in a file's physical schema: logical name -> column name."""
+
+    wanted: dict[str, str]
+    extra_present: frozenset[str]
+    names: list[str]
+
+    @classmethod
+    def of(
+        cls, schema: pa.Schema, fields: Sequence[StructField], extra_columns: Sequence[pa.Field], mode: str
+    ) -> _Layout:
+        """The layout of data ``fields`` and ``extra_columns`` in a file of ``schema``."""
+        wanted: dict[str, str] = {}
+        for struct_field in fields:
+            index = _match_field(schema, struct_field, mode)
+            if index is not None:
+                wanted[struct_field.name] = schema.field(index).name
+        extra_present = [f.name for f in extra_columns if schema.get_field_index(f.name) >= 0]
+        return cls(wanted, frozenset(extra_present), list(wanted.values()) + extra_present)
+
+
+_ARROW_LOCAL_FS = pafs.LocalFileSystem()
+
+
+@functools.cache
+def _parquet_format(dictionary_columns: tuple[str, ...]) -> ds.ParquetFileFormat:
+    """The Parquet format of dataset scans, decoding ``dictionary_columns`` as dictionaries."""
+    options = ds.ParquetReadOptions(dictionary_columns=dictionary_columns, coerce_int96_timestamp_unit="us")
+    # Local files are in the page cache: reading column chunks as needed beats copying them first.
+    scan_options = ds.ParquetFragmentScanOptions(pre_buffer=False)
+    return ds.ParquetFileFormat(read_options=options, default_fragment_scan_options=scan_options)
+
+
+def _scan_local(
+    parquet_format: ds.ParquetFileFormat, schema: pa.Schema, fragments: list[Any], names: list[str]
+) -> Iterator[tuple[str, pa.Table | None]]:
+    """``(path, columns names of the file)`` for local Parquet ``fragments`` sharing ``schema``.
+
+    Files come in ``fragments`` order, each as soon as it is read. With no ``names`` nothing is
+    read and every file gives ``None``.
+    """
+    if not names:
+        yield from ((fragment.path, None) for fragment in fragments)
+        return
+    dataset = ds.FileSystemDataset(fragments, schema, parquet_format, _ARROW_LOCAL_FS)
+    projected = pa.schema([schema.field(name) for name in names])
+    order = [fragment.path for fragment in fragments]
+    done, batches = 0, []  # files before order[done] are yielded; batches of order[done] so far
+    for tagged in dataset.scanner(columns=names, use_threads=True).scan_batches():
+        while tagged.fragment.path != order[done]:  # the scan (in order) moved on: a file is complete
+            yield order[done], pa.Table.from_batches(batches, schema=projected)
+            done, batches = done + 1, []
+            if done == len(order):
+                raise RuntimeError(f"dataset scan returned {tagged.fragment.path} out of order")
+        batches.append(tagged.record_batch)
+    yield order[done], pa.Table.from_batches(batches, schema=projected)
+    for path in order[done + 1 :]:  # files with no rows give no batches
+        yield path, projected.empty_table()
 
 
 def _open_parquet(uri: str, conf: Mapping[str, str]) -> pq.ParquetFile:
@@ -256,6 +431,12 @@ def _open_parquet(uri: str, conf: Mapping[str, str]) -> pq.ParquetFile:
 def _shared_pool(size: int) -> ThreadPoolExecutor:
     """One process-wide pool per size (no thread start-up per call)."""
     return ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"delta-data-{size}")
+
+
+@functools.cache
+def _scan_pool() -> ThreadPoolExecutor:
+    """Threads driving dataset scans (they wait on Arrow's own thread pool, which decodes)."""
+    return ThreadPoolExecutor(max_workers=LOCAL_READ_CONCURRENCY, thread_name_prefix="delta-scan")
 
 
 def map_concurrently(function: Callable[[T], R], items: Sequence[T], max_workers: int) -> list[R]:
@@ -391,11 +572,57 @@ def _parse_timestamp(value: str, zoned: bool) -> _dt.datetime:
 
 def partition_value_array(value: str | None, data_type: DataType, length: int) -> pa.Array:
     """``length`` copies of a serialised partition value as an array of ``data_type``'s Arrow type."""
-    target = arrow_type(data_type)
-    parsed = parse_partition_value(value, data_type)
-    if parsed is None:
-        return pa.nulls(length, target)
-    return pa.repeat(pa.scalar(parsed, type=target), length)
+    return constant_array(parse_partition_value(value, data_type), arrow_type(data_type), length)
+
+
+_UNSIGNED_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def constant_array(value: Any, data_type: pa.DataType, length: int) -> pa.Array:
+    """``length`` copies of the Python ``value`` as an array of ``data_type`` (nulls for ``None``).
+
+    Strings, binaries and fixed-width values of 1 to 8 bytes are filled in bulk in buffers of
+    Arrow's memory pool (which keeps freed memory for reuse, so a large result does not cost
+    fresh pages on every read); other types go through :func:`pyarrow.repeat`.
+    """
+    if value is None:
+        return pa.nulls(length, data_type)
+    if pa.types.is_string(data_type) or pa.types.is_binary(data_type):
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        if len(data) * length < 2**31:
+            offsets, offset_values = _pool_array(np.int32, length + 1)
+            offset_values[0] = 0
+            offset_values[1:] = len(data)
+            np.cumsum(offset_values, out=offset_values)
+            values, bytes_view = _pool_array(np.uint8, length * len(data))
+            _fill_repeating(bytes_view, data)
+            return pa.Array.from_buffers(data_type, length, [None, offsets, values])
+    single = pa.array([value], type=data_type)
+    if pa.types.is_primitive(data_type) and not pa.types.is_boolean(data_type):
+        width = _UNSIGNED_OF_WIDTH.get(data_type.byte_width)
+        if width is not None:
+            values, view = _pool_array(width, length)
+            view[:] = np.frombuffer(single.buffers()[1], dtype=width, count=1)[0]
+            return pa.Array.from_buffers(data_type, length, [None, values])
+    return pa.repeat(single[0], length)
+
+
+def _fill_repeating(target: np.ndarray, pattern: bytes) -> None:
+    """Fill the byte array ``target`` with copies of ``pattern`` (its length a multiple of it)."""
+    if not target.size:
+        return
+    target[: len(pattern)] = np.frombuffer(pattern, dtype=np.uint8)
+    filled = len(pattern)
+    while filled < target.size:
+        step = min(filled, target.size - filled)
+        target[filled : filled + step] = target[:step]
+        filled += step
+
+
+def _pool_array(dtype: type[np.generic], length: int) -> tuple[pa.Buffer, np.ndarray]:
+    """A new buffer of ``length`` ``dtype`` items from Arrow's memory pool and a writable view of it."""
+    buffer = pa.allocate_buffer(length * np.dtype(dtype).itemsize)
+    return buffer, np.frombuffer(buffer, dtype=dtype)
 
 
 # -- entry points ------------------------------------------------------------------------------

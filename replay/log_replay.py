@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any
 
@@ -156,8 +156,7 @@ def _dict_key(action: Mapping[str, Any]) -> str:
 
 
 _KEY_SEPARATOR = "\x00"
-_SPECIAL_PREFIXES = ("/", "file:")
-_KNOWN_KINDS = frozenset(
+KNOWN_KINDS = frozenset(
     (
         "add",
         "remove",
@@ -171,11 +170,38 @@ _KNOWN_KINDS = frozenset(
         "sidecar",
     )
 )
+"""The action kinds of the Delta log that replay knows (others are skipped)."""
 
 
 def key_string(key: FileKey) -> str:
     """A file key as one string: the path, or ``path\\0dv-id`` when there is a deletion vector."""
     return key[0] if key[1] is None else f"{key[0]}{_KEY_SEPARATOR}{key[1]}"
+
+
+def may_need_canonical_form(paths: pa.Array | pa.ChunkedArray, needles: Sequence[bytes]) -> bool:
+    """Whether any string of ``paths`` may start with ``/`` or contain one of ``needles``.
+
+    ``False`` proves none does; a ``True`` may be a false alarm (the whole data buffers are
+    scanned, which is several times faster than matching string by string).
+    """
+    if not (pa.types.is_string(paths.type) or pa.types.is_large_string(paths.type)):
+        return True  # other layouts (views, dictionaries) keep characters elsewhere
+    chunks = paths.chunks if isinstance(paths, pa.ChunkedArray) else [paths]
+    for chunk in chunks:
+        data = chunk.buffers()[2] if len(chunk) else None
+        if data is None:
+            continue
+        content = data.to_pybytes()
+        if any(needle in content for needle in needles) or pc.any(pc.starts_with(chunk, "/")).as_py():
+            return True
+    return False
+
+
+def _special_paths(paths: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    return pc.or_(
+        pc.match_substring(paths, "%"),
+        pc.or_(pc.starts_with(paths, "/"), pc.starts_with(paths, "file:")),
+    )
 
 
 def arrow_file_keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:
@@ -184,11 +210,9 @@ def arrow_file_keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:
     ``table`` has Delta's camelCase columns ``path`` and optionally ``deletionVector``.
     """
     paths = table.column("path")
-    special = pc.or_(
-        pc.match_substring(paths, "%"),
-        pc.or_(pc.starts_with(paths, "/"), pc.starts_with(paths, "file:")),
-    )
-    if pc.any(special).as_py():
+    if paths.type != pa.string():  # large strings, views, dictionaries: one layout for the kernels
+        paths = paths.cast(pa.string())
+    if may_need_canonical_form(paths, (b"%", b"file:")) and pc.any(special := _special_paths(paths)).as_py():
         fixed = [
             file_key(path, None)[0] if flag else path
             for path, flag in zip(paths.to_pylist(), special.to_pylist(), strict=True)
@@ -239,6 +263,21 @@ ADD_ARROW_TYPE = pa.struct(
     ]
 )
 """The ``add`` fields kept in Arrow (Delta's camelCase names, the checkpoint's ``add`` struct)."""
+
+REMOVE_ARROW_TYPE = pa.struct(
+    [
+        pa.field("path", pa.string()),
+        pa.field("deletionTimestamp", pa.int64()),
+        pa.field("dataChange", pa.bool_()),
+        pa.field("extendedFileMetadata", pa.bool_()),
+        *(
+            ADD_ARROW_TYPE.field(name)
+            for name in ("partitionValues", "size", "stats", "tags", "deletionVector")
+        ),
+        *(ADD_ARROW_TYPE.field(name) for name in ("baseRowId", "defaultRowCommitVersion")),
+    ]
+)
+"""The ``remove`` fields kept in Arrow (camelCase, the checkpoint's ``remove`` struct)."""
 
 
 _SCALAR_ADD_TYPE = pa.struct(
@@ -303,18 +342,6 @@ def adds_to_arrow(adds: Sequence[Mapping[str, Any]]) -> pa.Table:
     )
 
 
-_NOT_PLAIN_MARKERS = (b"%", b"deletionVector", b'"/', b"file:")
-
-
-def has_plain_paths(raw_commit: bytes) -> bool:
-    """Whether a commit's bytes rule out %-escapes, absolute paths and deletion vectors.
-
-    Conservative (a stats string containing ``"/`` also says no); a ``True`` lets
-    :meth:`ReverseLogReplay.add_commit` use raw paths as keys.
-    """
-    return not any(marker in raw_commit for marker in _NOT_PLAIN_MARKERS)
-
-
 MAX_SLICES = 256
 FLUSH_ROWS = 16 * 1024
 
@@ -364,14 +391,75 @@ def arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
     ]
 
 
-class ReverseLogReplay:
-    """Kernel-style replay, newest commit first, over raw action dicts and Arrow checkpoint tables.
+def struct_to_map(struct: pa.StructArray) -> pa.MapArray | None:
+    """A JSON object column that pyarrow inferred as a struct, as ``map<string, string>``.
 
-    Feed commits newest first with :meth:`add_commit` (the dicts of one commit in file order),
-    then the checkpoint with :meth:`add_checkpoint_actions` (JSON rows) and/or
-    :meth:`add_checkpoint_files` (Arrow add/remove rows). The first action seen for a file key
-    decides its fate (the newest wins, as in :class:`InMemoryLogReplay`); protocol, metadata,
-    transactions and domains are taken from the newest action of their kind.
+    Exact only when every present object had every inferred key with a string value (a missing
+    key and a ``null`` value are indistinguishable in the struct); otherwise ``None``.
+    Entries follow the struct's field order.
+    """
+    count = len(struct)
+    names = [field.name for field in struct.type]
+    present = count - struct.null_count
+    mask = struct.is_null() if struct.null_count else None
+    if not names:
+        offsets = pa.repeat(pa.scalar(0, pa.int32()), count + 1)
+        return pa.MapArray.from_arrays(
+            offsets, _EMPTY_STRINGS, _EMPTY_STRINGS, type=_STRING_MAP_TYPE, mask=mask
+        )
+    children = struct.flatten()
+    if any(not pa.types.is_string(child.type) or child.null_count != struct.null_count for child in children):
+        return None
+    width = len(names)
+    if mask is None:
+        offsets = pa.array(range(0, (count + 1) * width, width), pa.int32())
+        values = children
+    else:
+        sizes = pc.if_else(mask, 0, width).cast(pa.int32())
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(sizes)])
+        values = [child.drop_null() for child in children]
+    if width == 1:
+        keys = pa.repeat(pa.scalar(names[0]), present)
+        items = values[0]
+    else:
+        keys = pa.array(names * present, pa.string())
+        order = [column * present + row for row in range(present) for column in range(width)]
+        items = pa.concat_arrays(values).take(pa.array(order, pa.int64()))
+    return pa.MapArray.from_arrays(offsets, keys, items, type=_STRING_MAP_TYPE, mask=mask)
+
+
+_EMPTY_STRINGS = pa.array([], pa.string())
+
+
+def _flat_chunks(arrays: Iterable[pa.Array | pa.ChunkedArray]) -> list[pa.Array]:
+    chunks: list[pa.Array] = []
+    for array in arrays:
+        chunks.extend(array.chunks if isinstance(array, pa.ChunkedArray) else [array])
+    return chunks
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    adds: list[pa.Table]
+    remove_tables: list[pa.Table]
+    remove_dicts: list[dict[str, Any]]
+    keys: pa.Array  # every key a commit touched, once
+
+
+class ReverseLogReplay:
+    """Kernel-style replay, newest commit first, over raw action dicts and Arrow add tables.
+
+    Feed commits newest first with :meth:`add_commit` (the dicts of one commit in file order)
+    or :meth:`add_arrow_commit` (its adds already in Arrow), then the checkpoint with
+    :meth:`add_checkpoint_actions` (JSON rows) and/or :meth:`add_checkpoint_files` (Arrow
+    add/remove rows). The newest action for a file key decides its fate, as in
+    :class:`InMemoryLogReplay`; protocol, metadata, transactions and domains are taken from the
+    newest action of their kind.
+
+    Commit file actions are only collected while feeding; they are resolved in one vectorised
+    pass (keys hashed by Arrow, no per-row Python work for Arrow adds) when a result is first
+    asked for or the checkpoint arrives. Every file action gets a sequence number in replay
+    order (newest first), and per key the smallest one wins.
     """
 
     def __init__(self) -> None:
@@ -379,139 +467,114 @@ class ReverseLogReplay:
         self.metadata: dict[str, Any] | None = None
         self.transactions: dict[str, dict[str, Any]] = {}
         self.domains: dict[str, dict[str, Any]] = {}
-        self._add_tables: list[pa.Table] = []
-        self._buffer: list[tuple[list[Mapping[str, Any]], str | None]] = []
-        self._buffered = 0
-        self.commit_removes: list[dict[str, Any]] = []
         self.checkpoint_adds: list[pa.Table] = []
         self.checkpoint_removes: list[pa.Table] = []
-        self._seen: set[str] = set()  # key strings of every file action seen in a commit
+        self._sequence = 0
+        self._add_parts: list[tuple[pa.Table, pa.Array]] = []  # adds in Arrow with their sequence numbers
+        self._buffer: list[tuple[list[Mapping[str, Any]], list[int], str | None]] = []
+        self._buffered = 0
+        self._remove_parts: list[tuple[pa.Table, pa.Array]] = []  # removes in Arrow, with sequence numbers
+        self._removes: list[Mapping[str, Any]] = []  # removes as dicts (line by line commits)
+        self._remove_keys: list[str] = []
+        self._remove_sequence: list[int] = []
+        self._resolved: _Resolved | None = None
 
     def add_commit(
-        self,
-        actions: Sequence[Mapping[str, Any]],
-        later_lines_win: bool = True,
-        plain_paths: bool = False,
-        source: str | None = None,
+        self, actions: Sequence[Mapping[str, Any]], later_lines_win: bool = True, source: str | None = None
     ) -> None:
         """One commit's parsed lines (``{"add": {...}}`` ...), in file order.
 
         Within a commit the last action for a key wins, as in :class:`InMemoryLogReplay`. Log
         compaction files list a tombstone before a stale add of the same key and are read with
         ``later_lines_win=False`` (the first action for a key wins, as in Delta Kernel).
-        ``plain_paths`` promises that no add has a %-escape, an absolute path or a deletion
-        vector (see :func:`has_plain_paths`), so its raw path is its key. ``source`` names the
-        commit in :class:`MalformedActionError` if one of its adds cannot be converted to Arrow.
+        ``source`` names the commit in :class:`MalformedActionError` if one of its adds cannot
+        be converted to Arrow.
         """
-        seen = self._seen
+        base = self._sequence
+        self._sequence += len(actions)
         adds: list[Mapping[str, Any]] = []
-        self._pending_adds = adds
+        sequence: list[int] = []
         lines = reversed(actions) if later_lines_win else actions
-        if plain_paths:
-            append = adds.append
-            remember = seen.add
-            for line in lines:
-                add = line.get("add")
-                if add is None:
-                    self._other_action(line)
-                    continue
-                before = len(seen)
-                remember(add["path"])
-                if len(seen) != before:
-                    append(add)
-            self._buffer_adds(adds, source)
-            return
-        for line in lines:
+        for offset, line in enumerate(lines):
             add = line.get("add")
-            if add is not None:
-                path = add["path"]
-                if "%" in path or path.startswith(_SPECIAL_PREFIXES) or add.get("deletionVector") is not None:
-                    path = _dict_key(add)
-                if path not in seen:
-                    seen.add(path)
-                    adds.append(add)
-                continue
-            self._other_action(line)
-        self._buffer_adds(adds, source)
-
-    def add_plain_commit(
-        self, adds: pa.Table, is_add: Sequence[bool], others: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """One commit already split by :func:`replay.snapshot.parse_plain_commit`.
-
-        ``adds`` holds the commit's add rows (:data:`ADD_ARROW_TYPE` columns, plain paths) in file
-        order, ``is_add`` flags each line, ``others`` are the remaining lines as dicts. Later
-        lines win as in :meth:`add_commit`; when no path repeats and none was seen before (an
-        append), the whole table is kept without a per-row loop.
-        """
-        seen = self._seen
-        paths = adds.column("path").to_pylist()
-        removed = {_dict_key(line["remove"]) for line in others if line.get("remove") is not None}
-        if seen.isdisjoint(paths) and removed.isdisjoint(paths) and len(set(paths)) == len(paths):
-            seen.update(paths)
-            for line in reversed(others):
-                self._other_action(line)
-            self._add_tables.append(adds)
-            return
-        keep: list[int] = []
-        add_index, other_index = len(paths) - 1, len(others) - 1
-        for flag in reversed(is_add):
-            if flag:
-                before = len(seen)
-                seen.add(paths[add_index])
-                if len(seen) != before:
-                    keep.append(add_index)
-                add_index -= 1
+            if add is None:
+                self._other_action(line, base + offset)
             else:
-                self._other_action(others[other_index])
-                other_index -= 1
-        if len(keep) == len(paths):
-            self._add_tables.append(adds)
-        elif keep:
-            self._add_tables.append(adds.take(pa.array(keep[::-1], pa.int64())))
-
-    def _buffer_adds(self, adds: list[Mapping[str, Any]], source: str | None) -> None:
+                adds.append(add)
+                sequence.append(base + offset)
         if adds:
-            self._buffer.append((adds, source))
+            self._buffer.append((adds, sequence, source))
             self._buffered += len(adds)
             if self._buffered >= FLUSH_ROWS:
                 self.flush()
+        self._resolved = None
+
+    def add_arrow_commit(
+        self,
+        adds: pa.Table,
+        add_lines: pa.Array,
+        others: Sequence[tuple[int, Mapping[str, Any]]],
+        num_lines: int,
+        *,
+        later_lines_win: bool = True,
+        removes: pa.Table | None = None,
+        remove_lines: pa.Array | None = None,
+    ) -> None:
+        """One commit whose adds (and removes) are already Arrow tables.
+
+        ``adds`` has :data:`ADD_ARROW_TYPE` columns, ``removes`` :data:`REMOVE_ARROW_TYPE` ones;
+        ``add_lines`` / ``remove_lines`` hold each row's 0-based line number in the file,
+        ``others`` the remaining lines as ``(line number, dict)`` in file order, ``num_lines``
+        the commit's line count. Same semantics as :meth:`add_commit` on the whole commit.
+        """
+        self.flush()
+        base = self._sequence
+        self._sequence += num_lines
+
+        def sequence(lines: pa.Array) -> pa.Array:
+            if later_lines_win:
+                return pc.subtract(pa.scalar(base + num_lines - 1, pa.int64()), lines.cast(pa.int64()))
+            return pc.add(lines.cast(pa.int64()), pa.scalar(base, pa.int64()))
+
+        for line_number, line in reversed(others) if later_lines_win else others:
+            position = num_lines - 1 - line_number if later_lines_win else line_number
+            self._other_action(line, base + position)
+        if adds.num_rows:
+            self._add_parts.append((adds, sequence(add_lines)))
+        if removes is not None and remove_lines is not None and removes.num_rows:
+            self._remove_parts.append((removes, sequence(remove_lines)))
+        self._resolved = None
 
     def flush(self) -> None:
-        """Convert the buffered surviving adds to Arrow (done every :data:`FLUSH_ROWS` adds).
+        """Convert the buffered adds of :meth:`add_commit` to Arrow (done every :data:`FLUSH_ROWS` adds).
 
         Raises :class:`MalformedActionError` naming the commit whose add has a wrong field type.
         """
         if not self._buffer:
             return
         buffered, self._buffer, self._buffered = self._buffer, [], 0
-        rows = [add for adds, _ in buffered for add in adds]
+        rows = [add for adds, _, _ in buffered for add in adds]
         try:
-            self._add_tables.append(adds_to_arrow(rows))
+            table = adds_to_arrow(rows)
         except ValueError:
-            for adds, source in buffered:  # find the culprit
+            for adds, _, source in buffered:  # find the culprit
                 try:
                     adds_to_arrow(adds)
                 except ValueError as exc:
                     raise MalformedActionError(f"{exc} in {source}", source=source) from None
             raise
+        sequence = pa.array([number for _, numbers, _ in buffered for number in numbers], pa.int64())
+        self._add_parts.append((table, sequence))
 
-    @property
-    def commit_add_tables(self) -> list[pa.Table]:
-        """Surviving adds of the commits as Arrow tables (camelCase :data:`ADD_ARROW_TYPE` columns)."""
-        self.flush()
-        return self._add_tables
-
-    def _other_action(self, line: Mapping[str, Any]) -> None:
+    def _other_action(self, line: Mapping[str, Any], sequence: int) -> None:
         """Apply the first known, non-null action of ``line`` (unknown kinds are ignored)."""
         for kind, value in line.items():
-            if value is None or kind not in _KNOWN_KINDS:
+            if value is None or kind not in KNOWN_KINDS:
                 continue
-            if kind in ("remove", "add"):
-                key = _dict_key(value)
-                if key not in self._seen:
-                    self._seen.add(key)
-                    (self._pending_adds if kind == "add" else self.commit_removes).append(value)
+            if kind == "remove":
+                self._removes.append(value)
+                self._remove_keys.append(_dict_key(value))
+                self._remove_sequence.append(sequence)
             elif kind == "metaData":
                 if self.metadata is None:
                     self.metadata = value
@@ -524,10 +587,78 @@ class ReverseLogReplay:
                 self.domains.setdefault(value["domain"], value)
             return
 
+    def _resolve(self) -> _Resolved:
+        """Surviving commit adds and removes, and every key a commit touched."""
+        if self._resolved is not None:
+            return self._resolved
+        self.flush()
+        tables = [*self._add_parts, *self._remove_parts]
+        keys = pa.chunked_array(
+            _flat_chunks(
+                [*(arrow_file_keys(table) for table, _ in tables), pa.array(self._remove_keys, pa.string())]
+            ),
+            pa.string(),
+        )
+        # The hash table is transient and large (about twice the keys' bytes): from the system
+        # allocator it is mapped and unmapped once, where pyarrow's default pool (mimalloc)
+        # measured about twice slower here, committing and later purging fresh segments.
+        distinct = pc.unique(keys, memory_pool=pa.system_memory_pool())
+        if len(distinct) == len(keys):  # no key repeats (appends): every action survives
+            kept = [table for table, _ in tables]
+            removes: list[Mapping[str, Any]] = list(self._removes)
+        else:
+            kept, removes = self._newest_per_key(keys, tables)
+        adds = [table for table in kept[: len(self._add_parts)] if table.num_rows]
+        remove_tables = [table for table in kept[len(self._add_parts) :] if table.num_rows]
+        self._resolved = _Resolved(adds, remove_tables, [dict(remove) for remove in removes], distinct)
+        return self._resolved
+
+    def _newest_per_key(
+        self, keys: pa.ChunkedArray, tables: list[tuple[pa.Table, pa.Array]]
+    ) -> tuple[list[pa.Table], list[Mapping[str, Any]]]:
+        """The general resolution: per key, the action with the smallest sequence number wins."""
+        sequence = pa.chunked_array(
+            _flat_chunks([*(numbers for _, numbers in tables), pa.array(self._remove_sequence, pa.int64())]),
+            pa.int64(),
+        )
+        grouped = pa.table({"key": keys, "sequence": sequence}).group_by("key", use_threads=False)
+        winners = grouped.aggregate([("sequence", "min")]).column("sequence_min").combine_chunks()
+        wins = pc.is_in(sequence, value_set=winners).combine_chunks()  # one hash of the winners
+        kept = []
+        start = 0
+        for table, numbers in tables:
+            kept.append(select_rows(table, wins.slice(start, len(numbers))))
+            start += len(numbers)
+        flags = wins.slice(start).to_pylist()
+        return kept, [remove for remove, flag in zip(self._removes, flags, strict=True) if flag]
+
+    @property
+    def commit_add_tables(self) -> list[pa.Table]:
+        """Surviving adds of the commits as Arrow tables (camelCase :data:`ADD_ARROW_TYPE` columns)."""
+        return self._resolve().adds
+
     @property
     def commit_adds(self) -> list[dict[str, Any]]:
         """The surviving adds from commits as JSON-like dicts (``None`` fields omitted)."""
         return [row for table in self.commit_add_tables for row in arrow_rows(table)]
+
+    @property
+    def commit_remove_tables(self) -> list[pa.Table]:
+        """Surviving removes that came in Arrow (:data:`REMOVE_ARROW_TYPE` columns)."""
+        return self._resolve().remove_tables
+
+    @property
+    def commit_remove_dicts(self) -> list[dict[str, Any]]:
+        """Surviving removes that came as dicts (commits parsed line by line)."""
+        return self._resolve().remove_dicts
+
+    @property
+    def commit_removes(self) -> list[dict[str, Any]]:
+        """All surviving removes (tombstones) from commits, as JSON-like dicts."""
+        rows = list(self.commit_remove_dicts)
+        for table in self.commit_remove_tables:
+            rows += arrow_rows(table)
+        return rows
 
     def add_checkpoint_actions(self, actions: Sequence[Mapping[str, Any]]) -> None:
         """Rows of a JSON (V2) checkpoint or the non-file rows of a Parquet one."""
@@ -536,8 +667,8 @@ class ReverseLogReplay:
     def add_checkpoint_files(self, adds: pa.Table | None, removes: pa.Table | None) -> None:
         """Add and remove rows of a checkpoint part (camelCase columns, null-path rows allowed).
 
-        Rows whose key was already seen in a newer commit are dropped; nothing is added to the
-        seen-set (checkpoint keys are unique and nothing older can shadow them).
+        Rows whose key was touched by a newer commit are dropped (checkpoint keys are unique and
+        nothing older can shadow them).
         """
         if adds is not None and adds.num_rows:
             self.checkpoint_adds.append(self._unseen(adds))
@@ -546,7 +677,7 @@ class ReverseLogReplay:
 
     def _unseen(self, table: pa.Table) -> pa.Table:
         keep = pc.is_valid(table.column("path"))
-        if self._seen and table.num_rows:
-            seen = pa.array(list(self._seen), pa.string())
+        seen = self._resolve().keys
+        if len(seen) and table.num_rows:
             keep = pc.and_(keep, pc.invert(pc.is_in(arrow_file_keys(table), value_set=seen)))
         return select_rows(table, keep)

@@ -1,10 +1,12 @@
 """Snapshots: the state of a table at one version, and how it is loaded.
 
-:func:`load_snapshot` reads a :class:`~replay.segment.LogSegment`: commit files concurrently
-(parsed with orjson), replayed newest first with :class:`~replay.log_replay.ReverseLogReplay`,
-then the checkpoint through pyarrow (only the needed columns). Active files stay as raw dicts
-(from commits) and Arrow tables (from the checkpoint); :meth:`Snapshot.files_table` and
-:meth:`Snapshot.files` build Arrow or :class:`AddFile` views on demand.
+:func:`load_snapshot` reads a :class:`~replay.segment.LogSegment`: commit files concurrently,
+large ones parsed by pyarrow's JSON reader in the pool (:func:`parse_commit_arrow`, any table
+layout) and the rest with orjson, replayed newest first with
+:class:`~replay.log_replay.ReverseLogReplay` (file keys resolved in Arrow), then the checkpoint
+through pyarrow one row group at a time (only the needed columns). Active files stay as Arrow
+tables; :meth:`Snapshot.files_table`, :meth:`Snapshot.file_uris` and :meth:`Snapshot.files`
+build the views on demand.
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from logstores.base import FileStatus
-from replay.actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+from replay.actions import (
+    AddFile,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+    resolve_path,
+)
 from replay.checkpoints import parse_json_lines, read_checkpoint
 from replay.errors import (
     CorruptLogError,
@@ -38,10 +48,14 @@ from replay.errors import (
 )
 from replay.log_replay import (
     ADD_ARROW_TYPE,
+    KNOWN_KINDS,
+    REMOVE_ARROW_TYPE,
     MalformedActionError,
     ReverseLogReplay,
     arrow_rows,
-    has_plain_paths,
+    may_need_canonical_form,
+    select_rows,
+    struct_to_map,
 )
 from replay.schema import StructType
 from replay.segment import LogSegment, build_log_segment
@@ -321,6 +335,25 @@ class Snapshot:
                 for row in arrow_rows(table)
             ]
 
+    def file_uris(self, chunk_rows: int = 64 * 1024) -> list[str]:
+        """The active files' URIs (:func:`~replay.actions.resolve_path` of each path), like delta-rs's
+        ``DeltaTable.file_uris()``, in :meth:`files_table` order.
+
+        Built ``chunk_rows`` paths at a time: plain relative paths are joined to the table root in
+        Arrow, others (escapes, absolute paths, URIs) resolved one by one.
+        """
+        root = self.table_path.rstrip("/") + "/"
+        uris: list[str] = []
+        for chunk in self.files_table().column("path").chunks:
+            special = may_need_canonical_form(chunk, (b"%", b":"))
+            for start in range(0, len(chunk), chunk_rows):
+                paths = chunk.slice(start, chunk_rows)
+                if special and pc.any(pc.match_substring_regex(paths, "^/|[%:]")).as_py():
+                    uris += [resolve_path(self.table_path, path) for path in paths.to_pylist()]
+                else:
+                    uris += pc.binary_join_element_wise(root, paths, "").to_pylist()
+        return uris
+
     def file_paths(self) -> list[str]:
         """The raw (URL-encoded) paths of the active files."""
         paths: list[str] = []
@@ -332,8 +365,8 @@ class Snapshot:
         """Removes still within ``delta.deletedFileRetentionDuration`` (``data_change`` False)."""
         threshold = self.min_file_retention_timestamp
         out: list[RemoveFile] = []
-        rows: list[dict[str, Any]] = list(self._state.commit_removes)
-        for table in self._state.checkpoint_removes:
+        rows: list[dict[str, Any]] = list(self._state.commit_remove_dicts)
+        for table in [*self._state.commit_remove_tables, *self._state.checkpoint_removes]:
             rows += arrow_rows(table)
         for row in rows:
             if (row.get("deletionTimestamp") or 0) > threshold:
@@ -342,8 +375,9 @@ class Snapshot:
 
     def tombstones_table(self) -> pa.Table:
         """:meth:`tombstones` as Arrow (:data:`TOMBSTONES_SCHEMA`)."""
-        parts = [_dicts_to_arrow(self._state.commit_removes, TOMBSTONES_SCHEMA)]
-        parts += [_checkpoint_to_arrow(table, TOMBSTONES_SCHEMA) for table in self._state.checkpoint_removes]
+        parts = [_dicts_to_arrow(self._state.commit_remove_dicts, TOMBSTONES_SCHEMA)]
+        tables = [*self._state.commit_remove_tables, *self._state.checkpoint_removes]
+        parts += [_checkpoint_to_arrow(table, TOMBSTONES_SCHEMA) for table in tables]
         table = pa.concat_tables(parts)
         table = table.set_column(
             table.schema.get_field_index("data_change"),
@@ -357,9 +391,12 @@ class Snapshot:
         return f"Snapshot({self.table_path!r}, version={self.version})"
 
 
-def _dv_from_camel(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+def _dv_from_camel(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A camelCase deletion vector column as :data:`DV_TYPE`, chunk by chunk (no concatenation)."""
     if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks() if array.num_chunks else pa.array([], _DV_CAMEL)
+        return pa.chunked_array([_dv_from_camel(chunk) for chunk in array.chunks], DV_TYPE)
+    if array.null_count == len(array):
+        return pa.nulls(len(array), DV_TYPE)
     children = []
     for target in DV_TYPE:
         index = array.type.get_field_index(_DV_CAMEL_NAMES[target.name])
@@ -461,77 +498,158 @@ def parse_commit(delta_log: DeltaLog, status: FileStatus, raw: bytes) -> list[di
         raise
 
 
-_PLAIN_ADD_FIELDS = ("path", "size", "modificationTime", "dataChange", "stats")
-_PLAIN_ADD_SCHEMA = pa.schema(
-    [pa.field("add", pa.struct([ADD_ARROW_TYPE.field(n) for n in _PLAIN_ADD_FIELDS]))]
+_ADD_PARSE_TYPE = pa.struct(
+    [ADD_ARROW_TYPE.field(name) for name in ("path", "size", "modificationTime", "dataChange", "stats")]
 )
-# Other fields are inferred: an add carrying anything beyond the plain fields and an empty
-# partitionValues (a deletion vector, tags, row tracking ...) shows up in the schema and sends the
-# commit to the orjson path instead of being dropped.
-_JSON_PARSE = pajson.ParseOptions(explicit_schema=_PLAIN_ADD_SCHEMA, unexpected_field_behavior="infer")
+# The always-present add fields are given; the rest is inferred (an explicit schema with absent
+# fields costs a third more parse time). Inferred optional fields are checked and cast by
+# _conform; partitionValues and tags (structs: pyarrow cannot parse JSON into maps) are converted
+# by struct_to_map when that is exact. Other lines are inferred, then re-parsed with orjson.
+# Inference conflicts, type mismatches and unsupported shapes fall back to orjson.
+_JSON_PARSE = pajson.ParseOptions(
+    explicit_schema=pa.schema([pa.field("add", _ADD_PARSE_TYPE)]), unexpected_field_behavior="infer"
+)
 _JSON_READ = pajson.ReadOptions(use_threads=False, block_size=1 << 22)
-_PLAIN_ADD_TYPE = pa.struct(
-    [*_PLAIN_ADD_SCHEMA.field("add").type, pa.field("partitionValues", pa.struct([]))]
-)
-_EMPTY_STRINGS = pa.array([], pa.string())
-PLAIN_COMMIT_MIN_BYTES = 64 * 1024
+TASK_BYTES = 2 << 20
+"""About how many bytes of commits one read task of :func:`load_snapshot` takes."""
+ARROW_COMMIT_MIN_BYTES = 64 * 1024
 """Smaller commits are parsed with orjson: pyarrow's JSON reader has a fixed cost per call."""
 
 
 @dataclass(frozen=True)
-class PlainCommit:
-    """An append-style commit split into Arrow add rows and the other lines (as dicts)."""
+class ArrowCommit:
+    """A commit parsed by pyarrow: adds and removes in Arrow, the other lines as dicts.
+
+    ``*_lines`` are the 0-based line numbers of the rows (see ``add_arrow_commit``).
+    """
 
     adds: pa.Table
-    is_add: list[bool]
-    others: list[dict[str, Any]]
+    add_lines: pa.Array
+    removes: pa.Table
+    remove_lines: pa.Array
+    others: list[tuple[int, dict[str, Any]]]
+    num_lines: int
 
 
-def parse_plain_commit(raw: bytes) -> PlainCommit | None:
-    """Parse an append-style commit with pyarrow's JSON reader instead of line by line.
+def _conform(array: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """An inferred JSON column as ``target``; ``None`` if its type does not fit (or ints overflow).
 
-    Eligible: at least :data:`PLAIN_COMMIT_MIN_BYTES`, no blank lines, adds with only path,
-    size, modificationTime, dataChange, stats and an empty ``partitionValues``, paths without
-    %-escapes or absolute forms (the shape of an unpartitioned append). Anything else, or any
-    doubt, returns ``None`` and the caller parses the commit line by line with orjson, which
-    also produces the exact error for a bad line.
+    JSON objects inferred as structs become ``map<string, string>`` through :func:`struct_to_map`.
     """
-    body = raw.rstrip(b"\r\n")
-    if len(body) < PLAIN_COMMIT_MIN_BYTES or b"\n\n" in body:
+    if array.type == target:
+        return array
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), target)
+    if pa.types.is_integer(target) and pa.types.is_integer(array.type):
+        try:
+            return array.cast(target)
+        except pa.ArrowInvalid:
+            return None
+    if not pa.types.is_struct(array.type):
         return None
+    if pa.types.is_map(target):
+        return struct_to_map(array)
+    if not pa.types.is_struct(target):
+        return None
+    present = dict(zip(array.type.names, array.flatten(), strict=True))
+    children = []
+    for field in target:
+        child = present.get(field.name)
+        conformed = pa.nulls(len(array), field.type) if child is None else _conform(child, field.type)
+        if conformed is None:
+            return None
+        children.append(conformed)
+    mask = array.is_null() if array.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+
+
+def _file_rows(column: pa.ChunkedArray, target: pa.StructType, rows: pa.Array) -> pa.Table | None:
+    """The ``rows`` of an inferred add/remove column as a flat table of ``target``'s fields."""
+    struct = _conform(column.combine_chunks(), target)
+    if struct is None or struct.field("path").null_count != struct.null_count:
+        return None
+    return select_rows(pa.Table.from_struct_array(struct), rows)
+
+
+def _lines_at(raw: bytes, numbers: Sequence[int], end: int) -> list[bytes]:
+    """Lines ``numbers`` (0-based, ascending) of ``raw[:end]``, without splitting the rest of it."""
+    wanted = set(numbers)
+    out: list[bytes] = []
+    position = 0
+    for number in range(numbers[-1] + 1):
+        newline = raw.find(b"\n", position, end)
+        stop = end if newline < 0 else newline
+        if number in wanted:
+            out.append(raw[position:stop])
+        position = stop + 1
+    return out
+
+
+_OTHER_KINDS = sorted(KNOWN_KINDS - {"add", "remove"})
+
+
+def parse_commit_arrow(raw: bytes) -> ArrowCommit | None:
+    """Parse a commit's adds and removes with pyarrow's JSON reader (no GIL) instead of line by line.
+
+    Works for any table layout: partition values, tags, deletion vectors, row tracking; other
+    actions' lines are parsed with orjson. Returns ``None`` when the commit is smaller than
+    :data:`ARROW_COMMIT_MIN_BYTES`, has no add or remove, or on any doubt (a blank line, a field
+    of an unexpected type, partition values with nulls or inferred as timestamps, invalid JSON
+    or UTF-8): the caller then parses it line by line with orjson, which also produces the exact
+    error for a bad line.
+    """
+    end = len(raw)
+    while end and raw[end - 1] in b"\r\n":
+        end -= 1
+    if end < ARROW_COMMIT_MIN_BYTES:
+        return None
+    body = pa.py_buffer(raw)
     try:
-        table = pajson.read_json(pa.BufferReader(body), read_options=_JSON_READ, parse_options=_JSON_PARSE)
+        table = pajson.read_json(
+            pa.BufferReader(body.slice(0, end) if end < len(raw) else body),
+            read_options=_JSON_READ,
+            parse_options=_JSON_PARSE,
+        )
     except pa.ArrowException:
         return None
-    if table.num_rows != body.count(b"\n") + 1 or table.schema.field("add").type != _PLAIN_ADD_TYPE:
+    num_lines = raw.count(b"\n", 0, end) + 1
+    if table.num_rows != num_lines:  # pyarrow skips blank lines: line numbers would not match
         return None
-    add = table.column("add").combine_chunks()
-    valid = add.is_valid()
-    rows = add.filter(valid)
-    if not len(rows) or rows.field("partitionValues").null_count:
+    table = table.combine_chunks()
+    is_add = table.column("add").chunk(0).is_valid()
+    is_remove = pa.repeat(pa.scalar(False), num_lines)
+    if "remove" in table.column_names:
+        # as line by line, an add hides the rest of its line; a remove shares its line with
+        # nothing else known here (the first known kind of such a line wins, left to orjson)
+        is_remove = pc.and_(table.column("remove").chunk(0).is_valid(), pc.invert(is_add))
+        for kind in _OTHER_KINDS:
+            if kind in table.column_names and table.column(kind).null_count < num_lines:
+                is_remove = pc.and_(is_remove, table.column(kind).chunk(0).is_null())
+    is_file = pc.or_(is_add, is_remove)
+    files = pc.sum(is_file).as_py() or 0
+    if not files:
         return None
-    paths = rows.field("path")
-    special = pc.or_(pc.match_substring(paths, "%"), pc.starts_with(paths, "/"))
-    if pc.any(pc.or_(special, pc.starts_with(paths, "file:"))).as_py() or paths.null_count:
-        return None
-    is_add = valid.to_pylist()
-    last_other = max((i for i, flag in enumerate(is_add) if not flag), default=-1)
-    lines = body.split(b"\n", last_other + 1) if last_other >= 0 else []
-    try:
-        others = [orjson.loads(lines[i]) for i in range(last_other + 1) if not is_add[i]]
-    except orjson.JSONDecodeError:
-        return None
-    if any(type(line) is not dict for line in others):
-        return None
-    count = len(rows)
-    columns = {name: rows.field(name) for name in _PLAIN_ADD_FIELDS}
-    for name in ("baseRowId", "defaultRowCommitVersion", "clusteringProvider", "tags", "deletionVector"):
-        columns[name] = pa.nulls(count, ADD_ARROW_TYPE.field(name).type)
-    columns["partitionValues"] = pa.MapArray.from_arrays(
-        pa.array([0] * (count + 1), pa.int32()), _EMPTY_STRINGS, _EMPTY_STRINGS
+    adds = _file_rows(table.column("add"), ADD_ARROW_TYPE, is_add)
+    removes = (
+        _file_rows(table.column("remove"), REMOVE_ARROW_TYPE, is_remove)
+        if "remove" in table.column_names
+        else pa.schema(REMOVE_ARROW_TYPE).empty_table()
     )
-    adds = pa.Table.from_arrays([columns[f.name] for f in ADD_ARROW_TYPE], schema=pa.schema(ADD_ARROW_TYPE))
-    return PlainCommit(adds, is_add, others)
+    if adds is None or removes is None:
+        return None
+    others: list[tuple[int, dict[str, Any]]] = []
+    if files < num_lines:
+        other_lines = pc.indices_nonzero(pc.invert(is_file)).to_pylist()
+        try:
+            lines = _lines_at(raw, other_lines, end)
+            others = [(number, orjson.loads(line)) for number, line in zip(other_lines, lines, strict=True)]
+        except orjson.JSONDecodeError:
+            return None
+        if any(type(line) is not dict for _, line in others):
+            return None
+    return ArrowCommit(
+        adds, pc.indices_nonzero(is_add), removes, pc.indices_nonzero(is_remove), others, num_lines
+    )
 
 
 def read_commit_file(delta_log: DeltaLog, status: FileStatus) -> list[dict[str, Any]]:
@@ -574,28 +692,38 @@ def _load(delta_log: DeltaLog, segment: LogSegment, executor: Executor | None) -
     newest: list[dict[str, Any]] = []
     window = max(2, 2 * delta_log.read_threads)
     statuses = [status for _, _, status in newest_first]
-    batch = max(1, min(32, len(statuses) // (4 * delta_log.read_threads)))
-    plain_ok = {status.path for start, end, status in newest_first if start == end}
+    # small commits are batched to amortise the pool's per-task cost; large ones (parsed by pyarrow
+    # in the pool) go a few at a time so that the threads finish together
+    average = sum(max(status.size, 0) for status in statuses) / max(len(statuses), 1)
+    batch = max(1, min(32, len(statuses) // (4 * delta_log.read_threads), int(TASK_BYTES / max(average, 1))))
 
-    def read(status: FileStatus) -> tuple[bytes, PlainCommit | None]:
+    def read(status: FileStatus) -> tuple[bytes, ArrowCommit | None]:
         # runs in the pool: pyarrow's JSON parsing releases the GIL, so commits parse in parallel
         raw = read_commit_bytes(delta_log, status)
-        return raw, parse_plain_commit(raw) if status.path in plain_ok else None
+        return raw, parse_commit_arrow(raw)
 
     commits = prefetch(executor, read, statuses, window, batch)
     with gc_paused():
-        for index, ((start, end, status), (raw, plain)) in enumerate(zip(newest_first, commits, strict=True)):
-            if plain is not None:
+        for index, ((start, end, status), (raw, parsed)) in enumerate(
+            zip(newest_first, commits, strict=True)
+        ):
+            if parsed is not None:
                 if index == 0:
-                    newest = plain.others
-                state.add_plain_commit(plain.adds, plain.is_add, plain.others)
+                    newest = [line for _, line in parsed.others]
+                state.add_arrow_commit(
+                    parsed.adds,
+                    parsed.add_lines,
+                    parsed.others,
+                    parsed.num_lines,
+                    later_lines_win=start == end,
+                    removes=parsed.removes,
+                    remove_lines=parsed.remove_lines,
+                )
                 continue
             actions = parse_commit(delta_log, status, raw)
             if index == 0:
                 newest = actions
-            state.add_commit(
-                actions, later_lines_win=start == end, plain_paths=has_plain_paths(raw), source=status.path
-            )
+            state.add_commit(actions, later_lines_win=start == end, source=status.path)
         _finish_commits(delta_log, state)
     if segment.checkpoint is not None:
         try:

@@ -18,6 +18,7 @@ from replay.data import (
     DataFileNotFoundError,
     TableReader,
     conform_column,
+    constant_array,
     parse_partition_value,
     partition_value_array,
     read_files,
@@ -215,3 +216,60 @@ def test_nanosecond_timestamps_are_truncated_to_microseconds() -> None:
     got = conform_column(nanos, PrimitiveType("timestamp_ntz"))
     assert got.type == pa.timestamp("us")
     assert got.cast(pa.int64()).to_pylist() == [1_000_000_001]
+
+
+@pytest.mark.parametrize(
+    ("value", "data_type"),
+    [
+        ("insert", pa.string()),
+        ("", pa.string()),
+        ("é", pa.string()),
+        (b"\x00b", pa.binary()),
+        (-7, pa.int8()),
+        (2**40, pa.int64()),
+        (1.5, pa.float32()),
+        (True, pa.bool_()),
+        (dt.date(2020, 1, 2), pa.date32()),
+        (1_600_000_000_000_000, pa.timestamp("us", tz="UTC")),
+        (Decimal("1.23"), pa.decimal128(5, 2)),
+    ],
+)
+def test_constant_array_equals_repeat(value: Any, data_type: pa.DataType) -> None:
+    for length in (0, 1, 5):
+        got = constant_array(value, data_type, length)
+        got.validate(full=True)
+        assert got.equals(pa.repeat(pa.scalar(value, data_type), length)), (value, length)
+    assert constant_array(None, data_type, 2).equals(pa.nulls(2, data_type))
+
+
+def test_read_unfiltered_equals_file_by_file_reads(tmp_path: Path) -> None:
+    """Files of several physical schemas, one read twice, one missing: same tables as ``read_file``."""
+    pq.write_table(
+        pa.table({"a": pa.array([1, 2], pa.int32()), "s": ["x", "y"]}), tmp_path / "narrow.parquet"
+    )
+    wide = pa.table({"a": pa.array([3], pa.int64()), "s": pa.array(["z"], pa.string_view())})
+    pq.write_table(wide, tmp_path / "views.parquet")
+    pq.write_table(pa.table({"a": pa.array([4, 5, 6], pa.int64())}), tmp_path / "no-s.parquet")
+    cdc = pa.table({"a": pa.array([7, 8], pa.int64()), "s": ["p", "q"], "_change_type": ["delete", "insert"]})
+    pq.write_table(cdc, tmp_path / "cdc.parquet")
+    schema_string = (
+        '{"type":"struct","fields":[{"name":"a","type":"long","nullable":true,"metadata":{}},'
+        '{"name":"s","type":"string","nullable":true,"metadata":{}}]}'
+    )
+    reader = TableReader.for_metadata(str(tmp_path), Metadata(id="t", schema_string=schema_string))
+    names = ["narrow", "views", "narrow", "no-s", "cdc", "gone"]
+    files = [AddFile(path=f"{name}.parquet", size=1) for name in names]
+    extra = [pa.field("_change_type", pa.string())]
+    got = reader.read_unfiltered(files, extra_columns=extra, ignore_missing=True)
+    expected = [
+        reader.read_file(f, row_filter=False, extra_columns=extra, ignore_missing=True) for f in files
+    ]
+    assert [table.to_pylist() for table in got] == [table.to_pylist() for table in expected]
+    assert all(table.schema == expected[0].schema for table in got)
+    assert pa.concat_tables(got).to_pydict() == {
+        "a": [1, 2, 3, 1, 2, 4, 5, 6, 7, 8],
+        "s": ["x", "y", "z", "x", "y", None, None, None, "p", "q"],
+        "_change_type": [None] * 8 + ["delete", "insert"],
+    }
+    with pytest.raises(DataFileNotFoundError, match=f"Data file {tmp_path}/gone.parquet of table"):
+        reader.read_unfiltered(files)

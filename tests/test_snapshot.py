@@ -17,7 +17,7 @@ from replay import snapshot as snapshot_module
 from replay.actions import AddFile, resolve_path
 from replay.delta_log import DeltaLog
 from replay.errors import CorruptLogError, MissingVersionsError, TableNotFoundError
-from replay.snapshot import FILES_SCHEMA, parse_interval_ms, parse_plain_commit
+from replay.snapshot import FILES_SCHEMA, parse_commit_arrow, parse_interval_ms
 
 
 def _data(start: int, count: int = 3) -> pa.Table:
@@ -325,10 +325,10 @@ def test_large_append_commits_use_the_arrow_path(tmp_path: Path, monkeypatch: py
     fourth = [*_big_commit("d"), _add("b-00009.parquet", tags={"k": "v"})]
     _write_log(tmp_path / "t", [HEADER, _big_commit("a"), second, third, fourth])
     raws = [(tmp_path / "t" / "_delta_log" / f"{v:020d}.json").read_bytes() for v in range(5)]
-    plain = [parse_plain_commit(raw) is not None for raw in raws]
-    assert plain == [False, True, True, False, False]
+    arrow = [parse_commit_arrow(raw) is not None for raw in raws]
+    assert arrow == [False, True, True, True, True]
     fast = _state(tmp_path / "t")
-    monkeypatch.setattr(snapshot_module, "PLAIN_COMMIT_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(snapshot_module, "ARROW_COMMIT_MIN_BYTES", 1 << 40)
     assert _state(tmp_path / "t") == fast
     snapshot = DeltaLog.for_table(str(tmp_path / "t")).snapshot()
     live = {f.path for f in snapshot.files()}
@@ -347,6 +347,6 @@ def test_malformed_line_in_a_large_commit_names_the_line(tmp_path: Path) -> None
     lines = commit.read_bytes().split(b"\n")
     lines[300] = lines[300][:40]
     commit.write_bytes(b"\n".join(lines))
-    assert parse_plain_commit(commit.read_bytes()) is None
+    assert parse_commit_arrow(commit.read_bytes()) is None
     with pytest.raises(CorruptLogError, match=r"00000000000000000001\.json line 301"):
         DeltaLog.for_table(str(tmp_path / "t")).snapshot()

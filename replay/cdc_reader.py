@@ -1,0 +1,356 @@
+"""The batch change data feed: Delta's ``CDCReader`` (:func:`table_changes`).
+
+:func:`table_changes` returns every row changed between two versions with ``_change_type``
+(``insert``, ``delete``, ``update_preimage``, ``update_postimage``), ``_commit_version`` and
+``_commit_timestamp``. The version range is resolved from versions or timestamps with Delta's
+errors (:func:`resolve_change_range`); :func:`plan_changes` walks the commits once, checking the
+feed is enabled throughout, and lists the file reads (:mod:`replay.cdc_actions` decides which);
+:func:`read_changes` reads them concurrently into one Arrow table with the latest schema.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from replay.actions import CommitInfo, Metadata, Protocol
+from replay.cdc_actions import (
+    CDC_COLUMNS,
+    ChangeRead,
+    InvalidCDCRangeError,
+    end_before_start_error,
+    filter_cdc_actions,
+    is_cdf_enabled,
+    missing_change_data_error,
+    plan_commit_reads,
+    table_error,
+)
+from replay.data import RowFilter, TableReader, constant_array, map_concurrently
+from replay.deletion_vectors import read_deletion_vector
+from replay.delta_log import to_timestamp_ms
+from replay.errors import DataLossError, VersionNotFoundError
+from replay.filenames import delta_file
+
+TimestampLike = int | float | str | _dt.datetime | _dt.date
+
+
+# -- reading change rows ----------------------------------------------------------------------
+def change_schema(reader: TableReader, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The schema of change rows: the table's (or ``columns``) plus the three CDC columns."""
+    base = reader.arrow_schema(columns)
+    return pa.schema([f.with_nullable(True) for f in base] + list(CDC_COLUMNS))
+
+
+def read_change(
+    reader: TableReader,
+    read: ChangeRead,
+    columns: Sequence[str] | None = None,
+    *,
+    ignore_missing: bool = False,
+) -> pa.Table:
+    """The change rows of one :class:`ChangeRead`."""
+    row_filter: RowFilter | bool | None = True
+    if read.keep_dv is not None:
+        keep = read_deletion_vector(read.keep_dv, reader.table_path, reader.conf)
+        if read.minus_dv is not None:
+            minus = read_deletion_vector(read.minus_dv, reader.table_path, reader.conf)
+            keep = np.setdiff1d(keep, minus, assume_unique=True)
+        row_filter = RowFilter(keep, keep=True)
+    table = reader.read_file(
+        read.file,
+        columns,
+        row_filter=row_filter,
+        extra_columns=CDC_COLUMNS[:1],
+        ignore_missing=ignore_missing,
+    )
+    return with_change_columns(table, read)
+
+
+def with_change_columns(table: pa.Table, read: ChangeRead) -> pa.Table:
+    """The rows of ``read``'s file, read with their ``_change_type`` column, with all CDC columns.
+
+    ``cdc`` files keep the change type they store; other reads get ``read.change_type``.
+    """
+    rows = table.num_rows
+    change_type, commit_version, commit_timestamp = CDC_COLUMNS
+    if read.change_type is not None:
+        stamped = constant_array(read.change_type, change_type.type, rows)
+        table = table.set_column(table.schema.get_field_index(change_type.name), change_type, stamped)
+    table = table.append_column(commit_version, constant_array(read.version, commit_version.type, rows))
+    timestamp_us = read.timestamp_ms * 1000
+    return table.append_column(commit_timestamp, constant_array(timestamp_us, commit_timestamp.type, rows))
+
+
+def read_changes(
+    reader: TableReader,
+    reads: Sequence[ChangeRead],
+    columns: Sequence[str] | None = None,
+    *,
+    max_workers: int | None = None,
+    ignore_missing: bool = False,
+) -> pa.Table:
+    """All change rows of ``reads``, concatenated in order.
+
+    Reads of whole files (no deletion vector) go through :meth:`TableReader.read_unfiltered`,
+    which scans local files together; the others are read file by file, concurrently.
+    """
+    schema = change_schema(reader, columns)
+    reads = list(reads)
+    workers = max_workers or reader.concurrency
+    tables: dict[int, pa.Table] = {}
+    whole = [i for i, read in enumerate(reads) if read.keep_dv is None and _deletion_vector(read) is None]
+    found = reader.read_unfiltered(
+        [reads[i].file for i in whole],
+        columns,
+        extra_columns=CDC_COLUMNS[:1],
+        ignore_missing=ignore_missing,
+        max_workers=workers,
+        finish=lambda position, table: with_change_columns(table, reads[whole[position]]),
+    )
+    tables.update(zip(whole, found, strict=True))
+    rest = [i for i in range(len(reads)) if i not in tables]
+    found = map_concurrently(
+        lambda i: read_change(reader, reads[i], columns, ignore_missing=ignore_missing), rest, workers
+    )
+    tables.update(zip(rest, found, strict=True))
+    if not tables:
+        return schema.empty_table()
+    ordered = (tables[i] for i in range(len(reads)))
+    return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in ordered])
+
+
+def _deletion_vector(read: ChangeRead) -> Any:
+    return getattr(read.file, "deletion_vector", None)
+
+
+# -- version ranges ---------------------------------------------------------------------------
+def starting_version_for_timestamp(
+    delta_log: Any, timestamp_ms: int, *, allow_out_of_range: bool = False
+) -> int:
+    """The first version committed at or after ``timestamp_ms`` (streaming start semantics).
+
+    A timestamp before the earliest commit gives the earliest version. One after the latest
+    commit raises :class:`replay.errors.TimestampOutOfRangeError` unless ``allow_out_of_range``
+    (then it gives latest + 1).
+    """
+    version = delta_log.version_at_timestamp(
+        timestamp_ms, can_return_last_commit=True, can_return_earliest_commit=True
+    )
+    if delta_log.commit_timestamp(version) >= timestamp_ms:
+        return version
+    if version + 1 <= delta_log.latest_version() or allow_out_of_range:
+        return version + 1
+    # Let the time-travel lookup raise its "after the latest version" error.
+    delta_log.version_at_timestamp(timestamp_ms)
+    return version + 1
+
+
+def resolve_change_range(
+    delta_log: Any,
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: TimestampLike | None = None,
+    ending_timestamp: TimestampLike | None = None,
+    *,
+    allow_out_of_range: bool = False,
+) -> tuple[int, int] | None:
+    """The inclusive version range a change read covers, or ``None`` when it is empty.
+
+    Versions win over timestamps. Raises :class:`InvalidCDCRangeError` (no start; end before
+    start) and :class:`VersionNotFoundError` (start after the latest version) with Delta's texts.
+    """
+    table = getattr(delta_log, "table_path", None)
+    latest = delta_log.latest_version()
+    start_ts = end_ts = None
+    if starting_version is not None:
+        start = int(starting_version)
+    elif starting_timestamp is not None:
+        start_ts = to_timestamp_ms(starting_timestamp)
+        start = starting_version_for_timestamp(delta_log, start_ts, allow_out_of_range=allow_out_of_range)
+    else:
+        raise table_error(
+            InvalidCDCRangeError,
+            "[DELTA_NO_START_FOR_CDC_READ] No startingVersion or startingTimestamp provided for CDC read.",
+            table,
+        )
+    if ending_version is not None:
+        end = int(ending_version)
+    elif ending_timestamp is not None:
+        end_ts = to_timestamp_ms(ending_timestamp)
+        end = delta_log.version_at_timestamp(end_ts, can_return_last_commit=allow_out_of_range)
+    else:
+        end = latest
+    if start > latest:
+        if allow_out_of_range:
+            return None
+        raise table_error(
+            VersionNotFoundError,
+            f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {start} for change data feed exceeds "
+            f"the latest table version {latest}.",
+            table,
+            version=start,
+            latest=latest,
+        )
+    if start_ts is not None and end_ts is not None:
+        if start_ts > end_ts:
+            raise end_before_start_error(start, end, table)
+        if end == start - 1:
+            return None
+    if end < start:
+        raise end_before_start_error(start, end, table)
+    return start, min(end, latest)
+
+
+def table_changes(
+    delta_log: Any,
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: TimestampLike | None = None,
+    ending_timestamp: TimestampLike | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    allow_out_of_range: bool = False,
+    fail_on_data_loss: bool = False,
+    max_workers: int | None = None,
+) -> pa.Table:
+    """Every row changed in versions ``[start, end]`` with the three CDC columns.
+
+    ``delta_log`` is a :class:`replay.delta_log.DeltaLog`. The start is ``starting_version`` or
+    the first commit at/after ``starting_timestamp``; the end is ``ending_version``, the last
+    commit at/before ``ending_timestamp`` or the latest version. The schema is the latest
+    snapshot's. Raises :class:`ChangeDataFeedNotEnabledError` if CDF is off at the start version
+    or is turned off inside the range, :class:`InvalidCDCRangeError` /
+    :class:`VersionNotFoundError` for bad ranges, :class:`DataLossError` if commits in the range
+    are missing and ``fail_on_data_loss`` (by default they are skipped, like Delta's batch read),
+    and :class:`replay.data.DataFileNotFoundError` for missing data files.
+    """
+    resolved = resolve_change_range(
+        delta_log,
+        starting_version,
+        ending_version,
+        starting_timestamp,
+        ending_timestamp,
+        allow_out_of_range=allow_out_of_range,
+    )
+    if resolved is None:
+        latest = delta_log.update()
+        reader = TableReader.for_metadata(
+            delta_log.table_path, latest.metadata, latest.protocol, delta_log.conf
+        )
+        return change_schema(reader, columns).empty_table()
+    plan = plan_changes(delta_log, *resolved, fail_on_data_loss=fail_on_data_loss)
+    return read_changes(plan.reader(delta_log.conf), plan.reads, columns, max_workers=max_workers)
+
+
+class CommitTimestamps:
+    """Commit timestamps (ms) of one table, every recreatable commit listed once on first use."""
+
+    def __init__(self, delta_log: Any) -> None:
+        self.delta_log = delta_log
+        self._listed: dict[int, int] | None = None
+
+    def of(self, version: int, actions: Sequence[Any] = ()) -> int:
+        """The timestamp of commit ``version`` (whose ``actions`` may hold an in-commit timestamp).
+
+        A commit older than the earliest recreatable version is timed by its in-commit timestamp
+        or else its file's modification time. Raises :class:`DataLossError` if the commit file
+        is gone.
+        """
+        if self._listed is None:
+            self._listed = {record.version: record.timestamp for record in self.delta_log.commit_records()}
+        timestamp = self._listed.get(version)
+        if timestamp is not None:
+            return timestamp
+        for action in actions:
+            if isinstance(action, CommitInfo) and action.in_commit_timestamp is not None:
+                return action.in_commit_timestamp
+        path = delta_file(self.delta_log.log_path, version)
+        for status in self.delta_log.store.list_from(path):
+            if status.path.rstrip("/").rsplit("/", 1)[-1] == path.rsplit("/", 1)[-1]:
+                return status.modification_time
+            break
+        raise DataLossError(
+            f"commit {version} of table {self.delta_log.table_path} disappeared while reading it",
+            table=self.delta_log.table_path,
+        )
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """The reads of a change range and the table description to read them with.
+
+    ``metadata``/``protocol`` are the latest table version's (Delta reads a batch change feed
+    with the latest schema).
+    """
+
+    table_path: str
+    reads: list[ChangeRead]
+    metadata: Metadata
+    protocol: Any
+
+    def reader(self, conf: Mapping[str, str] | None = None) -> TableReader:
+        return TableReader.for_metadata(self.table_path, self.metadata, self.protocol, conf)
+
+
+def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: bool = False) -> ChangePlan:
+    """Plan the reads of versions ``[start, end]``, checking CDF is on throughout the range.
+
+    The table description at ``start`` comes from the start commit when it carries both
+    metadata and protocol (version 0 always does), else from a snapshot; later metadata and
+    protocol come from the commits read, so the latest snapshot is loaded only when ``end`` is
+    not the latest version.
+    """
+    table = delta_log.table_path
+    changes = iter(delta_log.get_changes(start, end, fail_on_data_loss=False))
+    first = next(changes, None)
+    metadata, protocol = (
+        _description_in(first[1]) if first is not None and first[0] == start else (None, None)
+    )
+    if metadata is None or protocol is None:
+        start_snapshot = delta_log.snapshot(start)
+        metadata, protocol = start_snapshot.metadata, start_snapshot.protocol
+    if not is_cdf_enabled(metadata):
+        raise missing_change_data_error(start, start, end, table)
+    timestamps = CommitTimestamps(delta_log)
+    reads: list[ChangeRead] = []
+    expected = last_read = start
+    for version, actions in itertools.chain([first] if first is not None else [], changes):
+        if version > end:
+            break
+        if version != expected and fail_on_data_loss:
+            raise DataLossError(
+                f"Change data of table {table} for versions [{start} , {end}] is incomplete: commit "
+                f"{expected} is missing (the log continues at {version})",
+                table=table,
+            )
+        expected = last_read = version + 1
+        commit_metadata, commit_protocol = _description_in(actions)
+        if commit_metadata is not None:
+            if not is_cdf_enabled(commit_metadata):
+                raise missing_change_data_error(version, start, end, table)
+            metadata = commit_metadata
+        protocol = commit_protocol or protocol
+        files = filter_cdc_actions(actions, version)
+        if files:
+            reads.extend(plan_commit_reads(version, timestamps.of(version, actions), files))
+    if last_read <= delta_log.latest_version():
+        latest = delta_log.update()
+        metadata, protocol = latest.metadata, latest.protocol
+    return ChangePlan(table, reads, metadata, protocol)
+
+
+def _description_in(actions: Sequence[Any]) -> tuple[Metadata | None, Protocol | None]:
+    """The last metadata and protocol actions of one commit (``None`` where it has none)."""
+    metadata = protocol = None
+    for action in actions:
+        if isinstance(action, Metadata):
+            metadata = action
+        elif isinstance(action, Protocol):
+            protocol = action
+    return metadata, protocol

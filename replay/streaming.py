@@ -1,0 +1,291 @@
+"""Delta's streaming source (``DeltaSource`` with ``DeltaSourceCDCSupport``): commits in, batches out.
+
+:func:`filter_and_index_delta_logs` reads the commits after a version and indexes the files a
+stream takes from each (the change feed's files, or a plain stream's appends);
+:func:`get_file_changes_for_cdc` puts the initial snapshot first when the stream starts from
+one and cuts the sequence by offset and admission limits (:mod:`replay.source_offsets`).
+:class:`DeltaSource` ties this together for the PySpark stream reader: initial offset, next
+offset under limits, and the rows between two offsets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from replay.actions import Metadata
+from replay.cdc_actions import (
+    CDC_TYPE_INSERT,
+    ChangeRead,
+    StreamOptions,
+    filter_append_actions,
+    filter_cdc_actions,
+    is_cdf_enabled,
+    missing_change_data_error,
+    plan_commit_reads,
+    table_error,
+)
+from replay.cdc_reader import CommitTimestamps, TimestampLike, read_changes, starting_version_for_timestamp
+from replay.data import TableReader
+from replay.delta_log import to_timestamp_ms
+from replay.errors import DataLossError, VersionNotFoundError
+from replay.source_offsets import (
+    BASE_INDEX,
+    AdmissionLimits,
+    DeltaSourceOffset,
+    IndexedFile,
+    index_commit,
+    index_snapshot,
+    offset_after,
+    select_changes,
+)
+
+
+def stream_data_loss_error(expected: int, seen: int, table: str | None) -> DataLossError:
+    """Delta's ``DELTA_MISSING_FILES_UNEXPECTED_VERSION``: a stream found commits missing."""
+    return table_error(
+        DataLossError,
+        f"[DELTA_MISSING_FILES_UNEXPECTED_VERSION] The stream from your Delta table was expecting process "
+        f"data from version {expected},\nbut the earliest available version in the _delta_log directory is "
+        f"{seen}. The files\nin the transaction log may have been deleted due to log cleanup. In order to "
+        "avoid losing\ndata, we recommend that you restart your stream with a new checkpoint location and "
+        "to\nincrease your delta.logRetentionDuration setting, if you have explicitly set it below 30\n"
+        "days.\nIf you would like to ignore the missed data and continue your stream from where it left\n"
+        'off, you can set the .option("failOnDataLoss", "false") as part\nof your readStream statement.',
+        table,
+    )
+
+
+def filter_and_index_delta_logs(
+    delta_log: Any,
+    start_version: int,
+    *,
+    fail_on_data_loss: bool = True,
+    read_change_feed: bool = True,
+    stream_options: StreamOptions | None = None,
+) -> Iterator[tuple[int, list[IndexedFile]]]:
+    """Every commit from ``start_version`` on, filtered and indexed for a streaming source.
+
+    With ``read_change_feed``, :func:`filter_cdc_actions` selects the files (a no-op MERGE gives
+    skipped entries); otherwise the plain source's rules apply (:func:`filter_append_actions`).
+    """
+    options = stream_options or StreamOptions()
+    table = getattr(delta_log, "table_path", None)
+    expected = start_version
+    for version, actions in delta_log.get_changes(start_version, fail_on_data_loss=False):
+        if version != expected and fail_on_data_loss:
+            raise stream_data_loss_error(expected, version, table)
+        expected = version + 1
+        if read_change_feed:
+            for action in actions:
+                if isinstance(action, Metadata) and not is_cdf_enabled(action):
+                    raise missing_change_data_error(version, start_version, version, table)
+            files = filter_cdc_actions(actions, version)
+        else:
+            files = list(filter_append_actions(actions, version, options, table))
+        yield version, index_commit(version, files)
+
+
+def get_file_changes_for_cdc(  # noqa: PLR0917 - Delta's signature
+    delta_log: Any,
+    from_version: int,
+    from_index: int,
+    is_starting_version: bool,
+    limits: AdmissionLimits | None,
+    end_offset: DeltaSourceOffset | None,
+    *,
+    fail_on_data_loss: bool = True,
+    exclude_regex: re.Pattern[str] | None = None,
+    read_change_feed: bool = True,
+    stream_options: StreamOptions | None = None,
+) -> Iterator[tuple[int, list[IndexedFile]]]:
+    """The entries a batch starting after ``(from_version, from_index)`` takes, per version.
+
+    With ``is_starting_version`` the snapshot at ``from_version`` comes first (its files as
+    inserts), followed by the commits after it; otherwise commits from ``from_version`` on.
+    """
+
+    def versions() -> Iterator[tuple[int, list[IndexedFile]]]:
+        if is_starting_version:
+            snapshot = delta_log.snapshot(from_version)
+            yield from_version, index_snapshot(from_version, snapshot.files())
+            start = from_version + 1
+        else:
+            start = from_version
+        yield from filter_and_index_delta_logs(
+            delta_log,
+            start,
+            fail_on_data_loss=fail_on_data_loss,
+            read_change_feed=read_change_feed,
+            stream_options=stream_options,
+        )
+
+    yield from select_changes(
+        versions(),
+        from_version,
+        from_index,
+        is_initial_snapshot=is_starting_version,
+        limits=limits,
+        end_offset=end_offset,
+        exclude_regex=exclude_regex,
+    )
+
+
+class DeltaSource:
+    """Driver-side logic of a Delta streaming source, plain (appends) or change feed.
+
+    Offsets are :class:`DeltaSourceOffset`; :meth:`latest_offset` admits files under
+    :class:`AdmissionLimits`, :meth:`batch_reads` lists what lies between two offsets. The
+    first offset (:meth:`initial_offset`) is ``startingVersion`` (``"latest"``: the next commit),
+    the first commit at/after ``startingTimestamp``, or else the snapshot of the latest version
+    (emitted as inserts) followed by later commits.
+    """
+
+    def __init__(
+        self,
+        delta_log: Any,
+        *,
+        read_change_feed: bool = True,
+        starting_version: int | str | None = None,
+        starting_timestamp: TimestampLike | None = None,
+        fail_on_data_loss: bool = True,
+        exclude_regex: str | None = None,
+        stream_options: StreamOptions | None = None,
+        allow_out_of_range: bool = False,
+    ) -> None:
+        if starting_version is not None and starting_timestamp is not None:
+            raise ValueError("Please either provide 'startingVersion' or 'startingTimestamp'")
+        self.delta_log = delta_log
+        self.read_change_feed = read_change_feed
+        self.starting_version = starting_version
+        self.starting_timestamp = starting_timestamp
+        self.fail_on_data_loss = fail_on_data_loss
+        self.exclude_regex = re.compile(exclude_regex) if exclude_regex else None
+        self.stream_options = stream_options or StreamOptions()
+        self.allow_out_of_range = allow_out_of_range
+        self._table_id: str | None = None
+        self._metadata_by_version: dict[int, Metadata] = {}
+
+    @property
+    def table(self) -> str:
+        return self.delta_log.table_path
+
+    @property
+    def table_id(self) -> str:
+        """The table's id (``metaData.id``): the ``reservoirId`` of every offset."""
+        if self._table_id is None:
+            self._table_id = str(self.delta_log.update().metadata.id)
+        return self._table_id
+
+    def parse_offset(self, value: str | Mapping[str, Any]) -> DeltaSourceOffset:
+        """A stored offset, checked to belong to this table."""
+        return DeltaSourceOffset.from_json(value, reservoir_id=self.table_id)
+
+    def initial_offset(self) -> DeltaSourceOffset:
+        """Where a new query starts (before anything is read)."""
+        latest = self.delta_log.update().version
+        if self.starting_version == "latest":
+            return DeltaSourceOffset(self.table_id, latest + 1, BASE_INDEX, False)
+        if self.starting_version is not None:
+            version = int(self.starting_version)
+            if version > latest and not self.allow_out_of_range:
+                earliest = self.delta_log.earliest_version()
+                raise table_error(
+                    VersionNotFoundError,
+                    f"[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version {version}. "
+                    f"Available versions: [{earliest}, {latest}].",
+                    self.table,
+                    version=version,
+                    earliest=earliest,
+                    latest=latest,
+                )
+            return DeltaSourceOffset(self.table_id, version, BASE_INDEX, False)
+        if self.starting_timestamp is not None:
+            version = starting_version_for_timestamp(
+                self.delta_log,
+                to_timestamp_ms(self.starting_timestamp),
+                allow_out_of_range=self.allow_out_of_range,
+            )
+            return DeltaSourceOffset(self.table_id, version, BASE_INDEX, False)
+        return DeltaSourceOffset(self.table_id, latest, BASE_INDEX, True)
+
+    def _changes(
+        self, start: DeltaSourceOffset, limits: AdmissionLimits | None, end: DeltaSourceOffset | None
+    ) -> Iterator[tuple[int, list[IndexedFile]]]:
+        return get_file_changes_for_cdc(
+            self.delta_log,
+            start.reservoir_version,
+            start.index,
+            start.is_initial_snapshot,
+            limits,
+            end,
+            fail_on_data_loss=self.fail_on_data_loss,
+            exclude_regex=self.exclude_regex,
+            read_change_feed=self.read_change_feed,
+            stream_options=self.stream_options,
+        )
+
+    def latest_offset(
+        self, start: DeltaSourceOffset, limits: AdmissionLimits | None, end: DeltaSourceOffset | None = None
+    ) -> DeltaSourceOffset:
+        """The end of the next batch after ``start`` (``start`` itself when nothing is new).
+
+        ``end`` caps the result (``Trigger.AvailableNow`` freezes it when the query starts).
+        """
+        last: IndexedFile | None = None
+        for _, entries in self._changes(start, limits, end):
+            if entries:
+                last = entries[-1]
+        if last is None:
+            return start
+        return offset_after(self.table_id, last, start)
+
+    def batch_reads(self, start: DeltaSourceOffset, end: DeltaSourceOffset) -> list[ChangeRead]:
+        """The reads producing the rows after ``start`` up to and including ``end``.
+
+        For the change feed, raises :class:`ChangeDataFeedNotEnabledError` if CDF is off at the
+        first version read or turned off by a commit in the batch.
+        """
+        DeltaSourceOffset.validate_offsets(start, end)
+        reads: list[ChangeRead] = []
+        timestamps = CommitTimestamps(self.delta_log)
+        checked = False
+        for version, entries in self._changes(start, None, end):
+            files = [entry.file_action for entry in entries if entry.file_action is not None]
+            if self.read_change_feed and not checked and entries:
+                self._check_cdf_enabled(version, start, end)
+                checked = True
+            if not files:
+                continue
+            timestamp = timestamps.of(version)
+            if self.read_change_feed:
+                reads.extend(plan_commit_reads(version, timestamp, files))
+            else:
+                reads.extend(ChangeRead(file, CDC_TYPE_INSERT, version, timestamp) for file in files)
+        return reads
+
+    def _check_cdf_enabled(self, version: int, start: DeltaSourceOffset, end: DeltaSourceOffset) -> None:
+        metadata = self._metadata_by_version.get(version)
+        if metadata is None:
+            metadata = self.delta_log.snapshot(version).metadata
+            self._metadata_by_version[version] = metadata
+        if not is_cdf_enabled(metadata):
+            raise missing_change_data_error(
+                version, start.reservoir_version, end.reservoir_version, self.table
+            )
+
+    def reader(self) -> TableReader:
+        """A reader of the table's data with the latest schema."""
+        snapshot = self.delta_log.update()
+        return TableReader.for_metadata(self.table, snapshot.metadata, snapshot.protocol, self.delta_log.conf)
+
+    def read_batch(self, start: DeltaSourceOffset, end: DeltaSourceOffset) -> pa.Table:
+        """The rows between two offsets (with CDC columns for the change feed)."""
+        reader = self.reader()
+        reads = self.batch_reads(start, end)
+        if self.read_change_feed:
+            return read_changes(reader, reads)
+        return reader.read_files([read.file for read in reads])
