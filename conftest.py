@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent
-GOLDEN_ROOT = REPO_ROOT.parent / "shared" / "testdata" / "delta-golden"
+from tests.paths import GOLDEN_ROOT, REPO_ROOT
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # see environment notes
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")  # never probe cloud metadata services

@@ -6,7 +6,6 @@ versions, same rows; ``_commit_timestamp`` left out there because git does not k
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,8 +15,7 @@ from deltalake import DeltaTable
 
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
-
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared/testdata/delta-golden"
+from tests.paths import GOLDEN_ROOT as GOLDEN
 
 INS, DEL, PRE, POST = "insert", "delete", "update_preimage", "update_postimage"
 

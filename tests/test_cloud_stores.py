@@ -189,19 +189,23 @@ def test_s3_commit_whose_response_was_lost_succeeds(
     assert len(proxy.matching("PUT", commit_name(0))) == 2  # applied + the SDK's retry that got 412
 
 
-def test_s3_ambiguous_write_over_another_writers_object(
-    moto_server: MotoServer, fault_proxy: ProxyFactory
-) -> None:
-    proxy = fault_proxy(moto_server.endpoint)
-    conf = s3_conf(
+def single_attempt_s3_conf(moto_server: MotoServer, endpoint: str) -> dict[str, str]:
+    """S3 settings through ``endpoint`` with no SDK retries and no conditional-write probe."""
+    return s3_conf(
         moto_server,
-        proxy.endpoint,
+        endpoint,
         **{
             "spark.delta.logStore.s3.verifyConditionalWrites": "false",
             "spark.delta.logStore.s3.options.config_kwargs": '{"retries": {"total_max_attempts": 1}}',
         },
     )
-    store = S3LogStore(conf)
+
+
+def test_s3_ambiguous_write_over_another_writers_object(
+    moto_server: MotoServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(moto_server.endpoint)
+    store = S3LogStore(single_attempt_s3_conf(moto_server, proxy.endpoint))
     bucket = moto_server.create_bucket()
     key = f"t/_delta_log/{commit_name(3)}"
     moto_server.client("s3").put_object(Bucket=bucket, Key=key, Body=b"theirs\n")  # no commit token
@@ -228,15 +232,7 @@ def test_s3_identical_bytes_of_another_token_do_not_win(moto_server: MotoServer)
 
 def test_s3_outcome_unknown_after_every_attempt(moto_server: MotoServer, fault_proxy: ProxyFactory) -> None:
     proxy = fault_proxy(moto_server.endpoint)
-    conf = s3_conf(
-        moto_server,
-        proxy.endpoint,
-        **{
-            "spark.delta.logStore.s3.verifyConditionalWrites": "false",
-            "spark.delta.logStore.s3.options.config_kwargs": '{"retries": {"total_max_attempts": 1}}',
-        },
-    )
-    store = S3LogStore(conf)
+    store = S3LogStore(single_attempt_s3_conf(moto_server, proxy.endpoint))
     bucket = moto_server.create_bucket()
     proxy.faults.append(Fault("PUT", commit_name(0), status=500, landed=False, times=100))
     with pytest.raises(LogStoreError, match=f"could not tell whether .*{commit_name(0)} was written"):

@@ -26,8 +26,7 @@ from replay.data import (
 )
 from replay.delta_log import DeltaLog
 from replay.schema import PrimitiveType, parse_schema
-
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared/testdata/delta-golden"
+from tests.paths import GOLDEN_ROOT as GOLDEN
 
 DAT_CASES = sorted(
     (case.name, version.name)

@@ -8,7 +8,6 @@ Delta's LogReplaySuite / DeltaLogSuite pin versions and file counts, DAT ships
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import orjson
 import pyarrow as pa
@@ -24,8 +23,8 @@ from replay.errors import (
     TableNotFoundError,
     UnsupportedTableFeatureError,
 )
+from tests.paths import GOLDEN_ROOT as GOLDEN
 
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "testdata" / "delta-golden"
 TABLES = sorted(str(p.parent.relative_to(GOLDEN)) for p in GOLDEN.glob("*/*/delta"))
 
 EXPECTED_FAILURES: dict[str, tuple[type[Exception], str]] = {

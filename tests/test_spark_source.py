@@ -17,10 +17,10 @@ from replay.data import read_snapshot
 from replay.delta_log import DeltaLog
 from replay.spark import register
 from replay.spark.datasource import InvalidOptionError, ReadSettings
+from tests.paths import GOLDEN_ROOT as GOLDEN
 
 pytestmark = pytest.mark.spark
 
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared/testdata/delta-golden"
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 
 
