@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from replay.actions import resolve_path
+from replay.data import read_snapshot
 from replay.delta_log import DeltaLog
 from replay.errors import (
     MissingProtocolOrMetadataError,
@@ -214,7 +215,6 @@ def _expected_row_cases() -> list[tuple[str, str | None]]:
 
 @pytest.mark.parametrize(("name", "expected"), _expected_row_cases())
 def test_snapshot_rows_match_expected(name: str, expected: str | None) -> None:
-    data = pytest.importorskip("replay.data")
     folder = GOLDEN / name / "expected"
     version = None
     if expected is not None:
@@ -222,7 +222,7 @@ def test_snapshot_rows_match_expected(name: str, expected: str | None) -> None:
         version = None if expected == "latest" else int(expected.removeprefix("v"))
     parts = sorted(folder.glob("*.parquet"))
     want = pa.concat_tables([pq.read_table(p) for p in parts]) if parts else None
-    got = data.read_snapshot(DeltaLog.for_table(_root(name)).snapshot(version))
+    got = read_snapshot(DeltaLog.for_table(_root(name)).snapshot(version))
     if want is None:
         assert got.num_rows == 0
         return
