@@ -37,6 +37,7 @@ from replay.actions import (
 from replay.checkpoints import LastCheckpointInfo
 from replay.errors import DeltaError, UnsupportedTableFeatureError
 from replay.filenames import checkpoint_file_single, checkpoint_files_multipart, last_checkpoint_file
+from replay.progress import track
 
 if TYPE_CHECKING:
     from replay.delta_log import DeltaLog
@@ -338,7 +339,7 @@ def write_checkpoint(
     else:
         paths = checkpoint_files_multipart(delta_log.log_path, snapshot.version, len(parts))
     size_in_bytes = 0
-    for path, part in zip(paths, parts, strict=True):
+    for path, part in track("Writing checkpoint parts", zip(paths, parts, strict=True), len(parts)):
         data = parquet_bytes(part)
         delta_log.store.write_bytes(path, data, overwrite=True)
         size_in_bytes += len(data)

@@ -263,7 +263,10 @@ class DeltaLog:
             expected = version + 1
         window = max(2, 2 * self.read_threads)
         with self.executor() as executor:
-            reader = prefetch(executor, lambda s: read_commit_file(self, s), [s for _, s in deltas], window)
+            statuses = [s for _, s in deltas]
+            reader = prefetch(
+                executor, lambda s: read_commit_file(self, s), statuses, window, task="Reading commits"
+            )
             for (version, _), lines in zip(deltas, reader, strict=True):
                 yield version, _to_actions(lines)
 

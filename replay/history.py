@@ -115,8 +115,13 @@ def history(delta_log: DeltaLog, limit: int | None = None) -> list[dict[str, Any
     out: list[dict[str, Any]] = []
     window = max(2, 2 * delta_log.read_threads)
     with delta_log.executor() as executor:
+        statuses = [r.status for r in selected]
         reader = prefetch(
-            executor, lambda status: read_commit_file(delta_log, status), [r.status for r in selected], window
+            executor,
+            lambda status: read_commit_file(delta_log, status),
+            statuses,
+            window,
+            task="Reading history",
         )
         for record, actions in zip(selected, reader, strict=True):
             entry: dict[str, Any] = dict(commit_info_of(actions) or {})

@@ -57,6 +57,7 @@ from replay.log_replay import (
     select_rows,
     struct_to_map,
 )
+from replay.progress import track
 from replay.schema import StructType
 from replay.segment import LogSegment, build_log_segment
 
@@ -449,12 +450,26 @@ def prefetch(
     items: Sequence[FileStatus],
     window: int,
     batch: int = 1,
+    *,
+    task: str | None = None,
 ) -> Iterator[T]:
     """``map(function, items)`` in order, with at most ``window`` tasks of ``batch`` items running ahead.
 
     Batching amortises the per-task cost of the pool when the files are many and small.
-    Without an executor the items are processed inline, lazily.
+    Without an executor the items are processed inline, lazily. With ``task``, each item done
+    is reported to the :mod:`replay.progress` listener.
     """
+    results = _prefetch(executor, function, items, window, batch)
+    return results if task is None else track(task, results, len(items))
+
+
+def _prefetch(
+    executor: Executor | None,
+    function: Callable[[FileStatus], T],
+    items: Sequence[FileStatus],
+    window: int,
+    batch: int,
+) -> Iterator[T]:
     if executor is None:
         yield from map(function, items)
         return
@@ -702,7 +717,7 @@ def _load(delta_log: DeltaLog, segment: LogSegment, executor: Executor | None) -
         raw = read_commit_bytes(delta_log, status)
         return raw, parse_commit_arrow(raw)
 
-    commits = prefetch(executor, read, statuses, window, batch)
+    commits = prefetch(executor, read, statuses, window, batch, task="Reading commits")
     with gc_paused():
         for index, ((start, end, status), (raw, parsed)) in enumerate(
             zip(newest_first, commits, strict=True)

@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from replay import progress
+
 try:
     from rich.console import Console
     from rich.table import Table
@@ -69,13 +71,29 @@ def _json_default(value: Any) -> Any:
 
 @contextlib.contextmanager
 def working(message: str) -> Iterator[None]:
-    """A spinner on standard error while long work runs (only on a terminal)."""
+    """Show progress on standard error while long work runs (only on a terminal).
+
+    A spinner names ``message``; every task the library reports through
+    :mod:`replay.progress` (reading commits, writing checkpoint parts) gets a progress bar.
+    """
     console = _console(stderr=True)
     if console is None or not console.is_terminal:
         yield
         return
-    with console.status(message):
-        yield
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console, transient=True) as bars:
+        bars.add_task(message, total=None)
+        tasks: dict[str, Any] = {}
+
+        def listener(task: str, completed: int, total: int | None) -> None:
+            if task not in tasks:
+                tasks[task] = bars.add_task(task, total=total)
+            bars.update(tasks[task], completed=completed, total=total)
+
+        with progress.listening(listener):
+            yield
 
 
 def _print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
