@@ -21,6 +21,7 @@ from logstores.filesystem import uri_scheme
 from replay import filenames
 from replay.actions import Action, action_from_dict
 from replay.checkpoints import complete_checkpoints, read_last_checkpoint
+from replay.commit_reader import prefetch, read_commit_file
 from replay.errors import (
     DataLossError,
     DeltaError,
@@ -30,7 +31,7 @@ from replay.errors import (
 )
 from replay.history import CommitRecord, active_commit_at, commit_info_of, history, monotonic_timestamps
 from replay.segment import LogListing, LogSegment, build_log_segment, classify_listing, list_log
-from replay.snapshot import Snapshot, load_snapshot, prefetch, read_commit_file
+from replay.snapshot import Snapshot, load_snapshot
 
 READ_THREADS_KEY = "delta.logstores.replay.readThreads"
 DEFAULT_READ_THREADS = 8

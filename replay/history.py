@@ -106,7 +106,7 @@ def history(delta_log: DeltaLog, limit: int | None = None) -> list[dict[str, Any
     ``timestamp`` is the effective commit timestamp (see :meth:`DeltaLog.commit_timestamp`), not
     the one the writer recorded; commits without ``commitInfo`` give just version and timestamp.
     """
-    from replay.snapshot import prefetch, read_commit_file
+    from replay.commit_reader import prefetch, read_commit_file
 
     records = delta_log.commit_records()
     selected = list(reversed(records))

@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from logstores import create_log_store
-from replay import snapshot as snapshot_module
+from replay import commit_reader
 from replay.actions import resolve_path
 from replay.checkpoints import read_parquet_checkpoint
+from replay.commit_reader import parse_commit_arrow
 from replay.delta_log import DeltaLog
 from replay.log_replay import (
     ADD_ARROW_TYPE,
@@ -27,7 +28,6 @@ from replay.log_replay import (
     may_need_canonical_form,
     struct_to_map,
 )
-from replay.snapshot import parse_commit_arrow
 
 STATS = '{"numRecords":10,"minValues":{"id":1},"maxValues":{"id":10},"nullCount":{"id":0}}'
 DV = {
@@ -136,7 +136,7 @@ def test_arrow_parsed_commits_replay_like_line_by_line(
     raws = _write(tmp_path / "t", commits)
     assert [parse_commit_arrow(raw) is not None for raw in raws] == expected_arrow
     fast = _state(tmp_path / "t")
-    monkeypatch.setattr(snapshot_module, "ARROW_COMMIT_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(commit_reader, "ARROW_COMMIT_MIN_BYTES", 1 << 40)
     reference = _state(tmp_path / "t")
     assert fast == reference
     files, tombstones, uris, count = fast
@@ -188,7 +188,7 @@ def test_remove_heavy_commits_and_shared_lines(tmp_path: Path, monkeypatch: pyte
     assert parsed is not None
     assert (parsed.adds.num_rows, parsed.removes.num_rows, len(parsed.others)) == (0, 1200, 3)
     fast = _state(tmp_path / "t")
-    monkeypatch.setattr(snapshot_module, "ARROW_COMMIT_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(commit_reader, "ARROW_COMMIT_MIN_BYTES", 1 << 40)
     assert _state(tmp_path / "t") == fast
     _, tombstones, _, count = fast
     assert count == 2400 - 1200 - 1

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from replay import filenames
-from replay import snapshot as snapshot_module
+from replay import commit_reader, filenames
 from replay.actions import AddFile, resolve_path
+from replay.commit_reader import parse_commit_arrow
 from replay.delta_log import DeltaLog
 from replay.errors import CorruptLogError, MissingVersionsError, TableNotFoundError
-from replay.snapshot import FILES_SCHEMA, parse_commit_arrow, parse_interval_ms
+from replay.snapshot import FILES_SCHEMA, parse_interval_ms
 
 
 def _data(start: int, count: int = 3) -> pa.Table:
@@ -328,7 +328,7 @@ def test_large_append_commits_use_the_arrow_path(tmp_path: Path, monkeypatch: py
     arrow = [parse_commit_arrow(raw) is not None for raw in raws]
     assert arrow == [False, True, True, True, True]
     fast = _state(tmp_path / "t")
-    monkeypatch.setattr(snapshot_module, "ARROW_COMMIT_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(commit_reader, "ARROW_COMMIT_MIN_BYTES", 1 << 40)
     assert _state(tmp_path / "t") == fast
     snapshot = DeltaLog.for_table(str(tmp_path / "t")).snapshot()
     live = {f.path for f in snapshot.files()}
