@@ -10,8 +10,6 @@ URIs keep their authority in every path this store returns.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -61,6 +59,7 @@ class AzureLogStore(ObjectStoreLogStore):
     """
 
     service = "Azure Blob Storage"
+    sdk_errors = (HttpResponseError, ServiceRequestError, OSError)
     endpoint_settings = "the connection string or account settings (spark.delta.logStore.<scheme>.options.*)"
 
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
@@ -106,16 +105,10 @@ class AzureLogStore(ObjectStoreLogStore):
             raise FileNotFoundError(uri) from exc
         raise exc
 
-    @contextlib.contextmanager
-    def _translated(self, location: Location) -> Iterator[None]:
-        try:
-            yield
-        except (HttpResponseError, ServiceRequestError, OSError) as exc:
-            if isinstance(exc, LogStoreError | FileExistsError) or (
-                isinstance(exc, FileNotFoundError) and "ContainerNotFound" not in str(exc.__cause__ or "")
-            ):
-                raise
-            self._raise_translated(exc, location)
+    def _already_clear(self, exc: BaseException) -> bool:
+        return super()._already_clear(exc) or (
+            isinstance(exc, FileNotFoundError) and "ContainerNotFound" not in str(exc.__cause__ or "")
+        )
 
     def _blob_call(self, location: Location, action: Any) -> Any:
         """Run ``await action(blob_client)`` on the filesystem's event loop."""

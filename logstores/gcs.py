@@ -52,6 +52,7 @@ class GCSLogStore(ObjectStoreLogStore):
     """
 
     service = "GCS"
+    sdk_errors = (OSError, HttpError, aiohttp.ClientError, ValueError)
     endpoint_settings = (
         "fs.gs.storage.root.url, STORAGE_EMULATOR_HOST or spark.delta.logStore.gs.options.endpoint_url"
     )
@@ -79,14 +80,8 @@ class GCSLogStore(ObjectStoreLogStore):
             ) from exc
         raise exc
 
-    @contextlib.contextmanager
-    def _translated(self, location: Location) -> Iterator[None]:
-        try:
-            yield
-        except (OSError, HttpError, aiohttp.ClientError, ValueError) as exc:
-            if isinstance(exc, LogStoreError | FileExistsError | FileNotFoundError):
-                raise
-            self._raise_translated(exc, location)
+    def _already_clear(self, exc: BaseException) -> bool:
+        return super()._already_clear(exc) or isinstance(exc, FileNotFoundError)
 
     def _missing_bucket(self, location: Location) -> FileNotFoundError | None:
         bucket = location.path.split("/", 1)[0]

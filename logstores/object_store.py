@@ -27,7 +27,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
 
 from fsspec import AbstractFileSystem
@@ -131,10 +131,26 @@ class ObjectStoreLogStore(FileSystemLogStore):
         """The explicitly configured endpoint ``fs`` talks to, if any."""
         return None
 
+    sdk_errors: ClassVar[tuple[type[BaseException], ...]] = (OSError,)
+    """The exceptions of this store's SDK that :meth:`_translated` turns into clear ones."""
+
     @contextlib.contextmanager
     def _translated(self, location: Location) -> Iterator[None]:
-        """Re-raise SDK errors as clear ones naming the path, bucket or endpoint (per store)."""
-        yield
+        """Re-raise SDK errors as clear ones naming the path, bucket or endpoint."""
+        try:
+            yield
+        except self.sdk_errors as exc:
+            if self._already_clear(exc):
+                raise
+            self._raise_translated(exc, location)
+
+    def _already_clear(self, exc: BaseException) -> bool:
+        """Whether ``exc`` already says what happened (raised unchanged by :meth:`_translated`)."""
+        return isinstance(exc, LogStoreError | FileExistsError)
+
+    def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
+        """Raise the clear form of the SDK error ``exc`` (per store; the default re-raises it)."""
+        raise exc
 
     def filesystem(self, path: str) -> AbstractFileSystem:
         fs = super().filesystem(path)

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import fsspec.asyn
@@ -87,6 +87,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
     """Reading, listing, overwriting and error reporting shared by the S3 stores."""
 
     service = "S3"
+    sdk_errors = (ClientError, OSError, *_UNREACHABLE)
     endpoint_settings = "fs.s3a.endpoint or spark.delta.logStore.<scheme>.options.endpoint_url"
     list_page_size: int = LIST_PAGE_SIZE
 
@@ -128,16 +129,8 @@ class S3BaseLogStore(ObjectStoreLogStore):
             raise FileNotFoundError(uri) from exc
         raise exc
 
-    @contextlib.contextmanager
-    def _translated(self, location: Location) -> Iterator[None]:
-        try:
-            yield
-        except (ClientError, OSError, *_UNREACHABLE) as exc:
-            if isinstance(exc, LogStoreError | FileExistsError) or (
-                isinstance(exc, FileNotFoundError) and not error_code(exc)[0]
-            ):
-                raise
-            self._raise_translated(exc, location)
+    def _already_clear(self, exc: BaseException) -> bool:
+        return super()._already_clear(exc) or (isinstance(exc, FileNotFoundError) and not error_code(exc)[0])
 
     def _call(self, location: Location, method: str, **kwargs: Any) -> Any:
         """One S3 API call through botocore's own retries only (no s3fs retry layer)."""
