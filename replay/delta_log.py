@@ -146,7 +146,9 @@ class DeltaLog:
         That is the oldest of version 0 (if ``0.json`` exists) and complete checkpoint versions
         from which every later commit is present.
         """
-        listing = self._full_listing()
+        return self._earliest_version_in(self._full_listing())
+
+    def _earliest_version_in(self, listing: LogListing) -> int:
         versions = [version for version, _ in listing.deltas]
         present = set(versions)
         latest = versions[-1]
@@ -306,9 +308,10 @@ class DeltaLog:
     # -- time ----------------------------------------------------------------------------------------
     def commit_records(self) -> list[CommitRecord]:
         """Every recreatable commit with its effective timestamp, oldest first."""
-        deltas = self._full_listing().deltas
+        listing = self._full_listing()
+        deltas = listing.deltas
         try:
-            earliest = self.earliest_version()
+            earliest = self._earliest_version_in(listing)
         except MissingVersionsError:
             earliest = deltas[0][0]
         records = monotonic_timestamps([(v, s) for v, s in deltas if v >= earliest])
