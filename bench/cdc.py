@@ -81,8 +81,8 @@ def build_table(path: Path, rows: int, files: int, rounds: int) -> int:
 
 def align_commit_times(path: Path) -> None:
     """Set each commit file's modification time to its ``commitInfo`` timestamp."""
-    from replay.actions import CommitInfo
     from replay.delta_log import DeltaLog
+    from replay.protocol.actions import CommitInfo
 
     for version, actions in DeltaLog.for_table(str(path)).get_changes(0):
         stamp = next(action.timestamp for action in actions if isinstance(action, CommitInfo)) / 1000

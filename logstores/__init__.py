@@ -2,7 +2,12 @@
 
 from logstores.base import FileStatus, LineIterator, LogStore
 from logstores.delegating import DelegatingLogStore, StoreChoice, log_store_scheme_conf_key
-from logstores.errors import ConditionalWriteUnsupportedError, LogStoreConfError, LogStoreError
+from logstores.errors import (
+    BinaryAccessUnsupportedError,
+    ConditionalWriteUnsupportedError,
+    LogStoreConfError,
+    LogStoreError,
+)
 from logstores.filesystem import FileSystemLogStore, open_filesystem
 from logstores.hdfs import HDFSLogStore
 from logstores.local import LocalLogStore
@@ -14,6 +19,7 @@ __all__ = [
     "KNOWN_LOG_STORES",
     "LOG_STORE_CLASS_KEY",
     "AzureLogStore",
+    "BinaryAccessUnsupportedError",
     "ConditionalWriteUnsupportedError",
     "DelegatingLogStore",
     "FileStatus",

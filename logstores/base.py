@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import IO, Self
 
+from logstores.errors import BinaryAccessUnsupportedError
+
 
 @dataclass(frozen=True, slots=True)
 class FileStatus:
@@ -96,8 +98,14 @@ def encode_actions(actions: Iterable[str]) -> bytes:
 
 
 def split_lines(data: bytes) -> list[str]:
-    """Decode a log file's bytes into trimmed lines (the inverse of :func:`encode_actions`)."""
-    return [_java_trim(line) for line in data.decode("utf-8").splitlines()]
+    """Decode a log file's bytes into trimmed lines (the inverse of :func:`encode_actions`).
+
+    Lines end at ``\\n`` only. Raises :class:`UnicodeDecodeError` if ``data`` is not UTF-8.
+    """
+    text = data.decode("utf-8")
+    if text.endswith("\n"):
+        text = text[:-1]
+    return [_java_trim(line) for line in text.split("\n")] if text else []
 
 
 class LogStore(ABC):
@@ -133,12 +141,21 @@ class LogStore(ABC):
         :class:`FileNotFoundError` at the latest on the first ``next()``.
         """
 
+    # -- binary access (Parquet checkpoints) ------------------------------------------------
+    # Every store built on FileSystemLogStore has exact binary access. A store that implements
+    # only the text methods above gets these defaults: they serve log *text* files exactly (every
+    # file written by ``write``) and refuse anything else loudly, never returning or storing
+    # altered bytes.
     def read_bytes(self, path: str) -> bytes:
-        """The whole file as bytes. Raises :class:`FileNotFoundError` if it does not exist.
+        """The whole file's exact bytes. Raises :class:`FileNotFoundError` if it does not exist.
 
-        The default rebuilds the bytes from :meth:`read`; stores with binary access override it.
+        The default rebuilds a text file from :meth:`read` (exact for files :meth:`write` wrote)
+        and raises :class:`BinaryAccessUnsupportedError` for a file that is not UTF-8 text.
         """
-        return encode_actions(self.read(path))
+        try:
+            return encode_actions(self.read(path))
+        except UnicodeDecodeError:
+            raise BinaryAccessUnsupportedError(type(self).__name__, "read", path) from None
 
     def open_input(self, path: str) -> IO[bytes]:
         """A readable, seekable binary stream of the file (used for Parquet checkpoints)."""
@@ -156,11 +173,19 @@ class LogStore(ABC):
         """
 
     def write_bytes(self, path: str, data: bytes, overwrite: bool = False) -> None:
-        """Write raw bytes as the file ``path`` with the same guarantees as :meth:`write`.
+        """Write exactly ``data`` as the file ``path`` with the same guarantees as :meth:`write`.
 
-        Used for Parquet checkpoints. The default supports only UTF-8 text made of lines.
+        Used for Parquet checkpoints. The default stores ``data`` through :meth:`write` when it is
+        text that :meth:`write` reproduces byte for byte (lines ending in ``\\n``), and raises
+        :class:`BinaryAccessUnsupportedError` before writing anything otherwise.
         """
-        self.write(path, split_lines(data), overwrite=overwrite)
+        try:
+            lines = split_lines(data)
+        except UnicodeDecodeError:
+            raise BinaryAccessUnsupportedError(type(self).__name__, "write", path) from None
+        if encode_actions(lines) != data:
+            raise BinaryAccessUnsupportedError(type(self).__name__, "write", path)
+        self.write(path, lines, overwrite=overwrite)
 
     def create_directories(self, path: str) -> None:
         """Make sure the directory ``path`` exists (a no-op on object stores)."""

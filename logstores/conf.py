@@ -7,15 +7,36 @@ and Hadoop settings either plain (``fs.s3a.endpoint``) or as ``spark.hadoop.fs.s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from logstores.errors import LogStoreConfError
 
 SPARK_PREFIX = "spark."
 HADOOP_PREFIX = "spark.hadoop."
 
-ConfLike = Mapping[str, Any] | Any
+class SparkConfLike(Protocol):
+    """``pyspark.SparkConf`` (``getAll()`` method) or ``spark.conf`` (``getAll`` property)."""
+
+    @property
+    def getAll(self) -> object: ...  # noqa: N802 - PySpark's name
+
+
+class SparkContextLike(Protocol):
+    def getConf(self) -> SparkConfLike: ...  # noqa: N802 - PySpark's name
+
+
+class SparkSessionLike(Protocol):
+    """A ``SparkSession``: its ``SparkContext`` conf and its runtime conf."""
+
+    @property
+    def sparkContext(self) -> SparkContextLike: ...  # noqa: N802 - PySpark's name
+
+    @property
+    def conf(self) -> SparkConfLike: ...
+
+
+ConfLike = Mapping[str, object] | SparkConfLike | SparkSessionLike
 """A plain mapping, ``pyspark.SparkConf``, ``SparkSession`` or ``spark.conf`` (RuntimeConfig)."""
 
 
@@ -51,22 +72,49 @@ def unprefixed(key: str) -> str:
     return key[len(SPARK_PREFIX) :] if key.startswith(SPARK_PREFIX) else key
 
 
-def get_delta_conf(conf: Mapping[str, str], key: str) -> str | None:
-    """Value of a Delta key given with the ``spark.`` prefix, read in both spellings.
+ConflictMessage = Callable[[str, str, str, str], str]
+"""Builds the error for a key set in both spellings: ``(spark_key, spark_value, key, value)``."""
 
-    Raises :class:`LogStoreConfError` (Delta's DELTA_INCONSISTENT_LOGSTORE_CONFS wording) when
-    both spellings are set to different values.
+
+def _inconsistent_logstore_confs(spark_key: str, spark_value: str, base_key: str, base_value: str) -> str:
+    return (
+        f"[DELTA_INCONSISTENT_LOGSTORE_CONFS] ({base_key} = {base_value}, {spark_key} = {spark_value}) "
+        "cannot be set to different values. Please only set one of them, or set them to the same value."
+    )
+
+
+def get_delta_conf(
+    conf: Mapping[str, str], key: str, conflict: ConflictMessage = _inconsistent_logstore_confs
+) -> str | None:
+    """The value of a Delta key, read with and without the ``spark.`` prefix (``key`` in either form).
+
+    Delta reads its keys in both spellings; this is the one place that does. Raises
+    :class:`LogStoreConfError` with ``conflict``'s message (by default Delta's
+    ``DELTA_INCONSISTENT_LOGSTORE_CONFS``) when both are set to different values.
     """
     base_key = unprefixed(key)
     spark_key = SPARK_PREFIX + base_key
     spark_value, base_value = conf.get(spark_key), conf.get(base_key)
     if spark_value is not None and base_value is not None and spark_value != base_value:
-        raise LogStoreConfError(
-            f"[DELTA_INCONSISTENT_LOGSTORE_CONFS] ({base_key} = {base_value}, "
-            f"{spark_key} = {spark_value}) cannot be set to different values. Please only set "
-            "one of them, or set them to the same value."
-        )
+        raise LogStoreConfError(conflict(spark_key, spark_value, base_key, base_value))
     return spark_value if spark_value is not None else base_value
+
+
+def get_delta_confs_with_prefix(conf: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Every Delta key starting with ``prefix`` (in either spelling), by the rest of its name.
+
+    Each key is read with :func:`get_delta_conf`, so the two spellings must agree.
+    """
+    base_prefix = unprefixed(prefix)
+    spark_prefix = SPARK_PREFIX + base_prefix
+    suffixes = {
+        key[len(start) :]
+        for key in conf
+        for start in (spark_prefix, base_prefix)
+        if key.startswith(start) and len(key) > len(start)
+    }
+    values = {suffix: get_delta_conf(conf, base_prefix + suffix) for suffix in sorted(suffixes)}
+    return {suffix: value for suffix, value in values.items() if value is not None}
 
 
 def hadoop_conf(conf: Mapping[str, str]) -> dict[str, str]:

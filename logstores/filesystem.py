@@ -90,14 +90,45 @@ class Location:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
 
 
-_PATH_LOCKS: dict[str, threading.Lock] = {}
-_PATH_LOCKS_GUARD = threading.Lock()
+class PathLocks:
+    """Process-wide locks by path (Delta's ``PathLock``), kept only while someone uses them.
+
+    A lock exists while a thread holds it or waits for it, so the table never holds more entries
+    than there are threads inside :meth:`hold`.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        """Hold the lock of ``key`` for the duration of the ``with`` block."""
+        with self._guard:
+            lock, users = self._locks.get(key) or (threading.Lock(), 0)
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._locks)
 
 
-def path_lock(key: str) -> threading.Lock:
-    """A process-wide lock for one path (Delta's ``PathLock``)."""
-    with _PATH_LOCKS_GUARD:
-        return _PATH_LOCKS.setdefault(key, threading.Lock())
+PATH_LOCKS = PathLocks()
+
+
+def path_lock(key: str) -> contextlib.AbstractContextManager[None]:
+    """Hold the process-wide lock of one path: ``with path_lock(uri): ...``."""
+    return PATH_LOCKS.hold(key)
 
 
 class FileSystemLogStore(LogStore):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from logstores.cloud_options import CLOUD_OPTION_MAPPERS
-from logstores.conf import SPARK_PREFIX, hadoop_conf
+from logstores.conf import get_delta_confs_with_prefix, hadoop_conf
 
 OPTIONS_KEY_PREFIX = "delta.logStore."
 OPTIONS_KEY_INFIX = ".options."
@@ -60,15 +60,12 @@ def coerce_option(value: str) -> Any:
 
 
 def explicit_options(scheme: str, conf: Mapping[str, str]) -> dict[str, Any]:
-    """The ``(spark.)delta.logStore.<scheme>.options.<name>`` entries, prefixed form winning."""
+    """The ``(spark.)delta.logStore.<scheme>.options.<name>`` entries as storage options.
+
+    Raises :class:`~logstores.errors.LogStoreConfError` if both spellings of one key disagree.
+    """
     prefix = f"{OPTIONS_KEY_PREFIX}{scheme.lower()}{OPTIONS_KEY_INFIX}"
-    options: dict[str, Any] = {}
-    for spark_form in (False, True):
-        full_prefix = (SPARK_PREFIX + prefix) if spark_form else prefix
-        for key, value in conf.items():
-            if key.startswith(full_prefix) and len(key) > len(full_prefix):
-                options[key[len(full_prefix) :]] = coerce_option(value)
-    return options
+    return {name: coerce_option(value) for name, value in get_delta_confs_with_prefix(conf, prefix).items()}
 
 
 def storage_options(scheme: str, conf: Mapping[str, str]) -> dict[str, Any]:

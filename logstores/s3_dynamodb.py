@@ -48,9 +48,10 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from logstores.base import FileStatus
-from logstores.conf import hadoop_conf
+from logstores.conf import get_delta_conf, hadoop_conf
 from logstores.errors import LogStoreConfError, LogStoreError
 from logstores.filesystem import Location, path_lock
+from logstores.log_files import delta_file_name, delta_version
 from logstores.object_store import check_endpoint_reachable
 from logstores.s3 import S3BaseLogStore, error_code
 
@@ -82,21 +83,20 @@ _DENIED_CODES = {
 }
 
 
+def _different_values(spark_key: str, spark_value: str, base_key: str, base_value: str) -> str:
+    return (
+        f"Configuration properties `{spark_key}={spark_value}` and `{base_key}={base_value}` "
+        "have different values. Please set only one."
+    )
+
+
 def get_param(conf: Mapping[str, str], name: str, default: str | None) -> str | None:
     """A setting read under both prefixes, as Delta's ``getParam``.
 
     Raises :class:`LogStoreConfError` with Delta's message when both are set differently.
     """
-    spark_key, base_key = SPARK_CONF_PREFIX + name, BASE_CONF_PREFIX + name
-    spark_value, base_value = conf.get(spark_key), conf.get(base_key)
-    if spark_value is not None and base_value is not None and spark_value != base_value:
-        raise LogStoreConfError(
-            f"Configuration properties `{spark_key}={spark_value}` and `{base_key}={base_value}` "
-            "have different values. Please set only one."
-        )
-    if spark_value is not None:
-        return spark_value
-    return base_value if base_value is not None else default
+    value = get_delta_conf(conf, BASE_CONF_PREFIX + name, _different_values)
+    return value if value is not None else default
 
 
 def _int_param(conf: Mapping[str, str], name: str, default: int) -> int:
@@ -110,11 +110,6 @@ def _int_param(conf: Mapping[str, str], name: str, default: int) -> int:
 def is_delta_log_path(path: str) -> bool:
     """Whether a segment of ``path`` is exactly ``_delta_log`` (Delta's ``isDeltaLogPath``)."""
     return DELTA_LOG_DIR in path.split("/")
-
-
-def _delta_version(name: str) -> int | None:
-    stem, dot, extension = name.partition(".")
-    return int(stem) if dot and extension == "json" and len(stem) == 20 and stem.isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,11 +354,11 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         self._delete_quietly(entry.absolute_temp_path)
 
     def _check_previous(self, location: Location, table_path: str, target: str) -> None:
-        version = _delta_version(location.name)
+        version = delta_version(location.name)
         if version is None:
             return
         if version > 0:
-            previous_name = f"{version - 1:020d}.json"
+            previous_name = delta_file_name(version - 1)
             previous = self.get_external_entry(table_path, previous_name)
             if previous is not None and not previous.complete:
                 self.fix_delta_log(previous)

@@ -1,10 +1,16 @@
 """Delta log replay, snapshots, time travel, commits, checkpoints and the change data feed.
 
 Everything here reaches storage only through the :class:`logstores.LogStore` that
-:func:`logstores.create_log_store` returns for the table's configuration.
+:func:`logstores.create_log_store` returns for the table's configuration. The layers, bottom up:
+``protocol`` (pure), ``log``, ``data``, ``state``, then ``txn`` and ``cdc``, the ``DeltaLog``
+facade, and ``spark`` and ``cli`` on top (see docs/architecture.md).
 """
 
-from replay.actions import (
+from replay.cdc import table_changes
+from replay.delta_log import DeltaLog
+from replay.log.log_replay import InMemoryLogReplay
+from replay.log.table_io import TableIO
+from replay.protocol.actions import (
     Action,
     AddCDCFile,
     AddFile,
@@ -21,9 +27,7 @@ from replay.actions import (
     parse_action,
     parse_actions,
 )
-from replay.cdc import table_changes
-from replay.delta_log import DeltaLog
-from replay.errors import (
+from replay.protocol.errors import (
     ChangeDataFeedNotEnabledError,
     ConcurrentModificationError,
     CorruptLogError,
@@ -36,9 +40,10 @@ from replay.errors import (
     UnsupportedTableFeatureError,
     VersionNotFoundError,
 )
-from replay.log_replay import InMemoryLogReplay
-from replay.snapshot import Snapshot
-from replay.write import delete_files, write_table
+from replay.protocol.table_config import TableConfiguration
+from replay.state.snapshot import Snapshot
+from replay.txn.checkpoint_writer import CheckpointResult
+from replay.txn.write import delete_files, write_table
 
 __all__ = [
     "Action",
@@ -46,6 +51,7 @@ __all__ = [
     "AddFile",
     "ChangeDataFeedNotEnabledError",
     "CheckpointMetadata",
+    "CheckpointResult",
     "CommitInfo",
     "ConcurrentModificationError",
     "CorruptLogError",
@@ -64,6 +70,8 @@ __all__ = [
     "SetTransaction",
     "Sidecar",
     "Snapshot",
+    "TableConfiguration",
+    "TableIO",
     "TableNotFoundError",
     "TimestampOutOfRangeError",
     "UnsupportedTableFeatureError",

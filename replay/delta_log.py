@@ -1,85 +1,40 @@
-"""``DeltaLog``: one table's transaction log, read (and written) through a LogStore.
+"""``DeltaLog``: the facade over one table's transaction log.
 
-Everything touches storage through ``self.store`` (:func:`logstores.create_log_store`). The
-latest snapshot is cached and reused while the log has not moved on.
+A thin layer: it owns the table's :class:`~replay.log.table_io.TableIO` and a cache of the
+latest snapshot, and delegates every operation to the layer that owns it (``log`` for
+versions, commits and their times, ``state`` for snapshots, ``txn`` for commits and
+checkpoints). Nothing below imports it; the change data feed works on it through the
+:class:`~replay.state.table_log.TableLog` protocol.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
-import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
-from logstores import create_log_store
-from logstores.base import FileStatus, LogStore
-from logstores.conf import ConfLike, to_conf_dict
-from logstores.filesystem import uri_scheme
-from replay import filenames
-from replay.actions import Action, action_from_dict
-from replay.checkpoints import complete_checkpoints, read_last_checkpoint
-from replay.commit_reader import prefetch, read_commit_file
-from replay.errors import (
-    DataLossError,
-    DeltaError,
-    MissingVersionsError,
-    TableNotFoundError,
-    VersionNotFoundError,
-)
-from replay.history import CommitRecord, active_commit_at, commit_info_of, history, monotonic_timestamps
-from replay.segment import LogListing, LogSegment, build_log_segment, classify_listing, list_log
-from replay.snapshot import Snapshot, load_snapshot
-
-READ_THREADS_KEY = "delta.logstores.replay.readThreads"
-DEFAULT_READ_THREADS = 8
-LOCAL_SCHEMES = frozenset({"file", "memory"})
-
-Timestamp = int | float | str | _dt.datetime | _dt.date
-
-
-def normalize_table_uri(table_uri: str) -> str:
-    """The table root as a URI without trailing slash: local paths become ``file:///abs/path``."""
-    scheme = uri_scheme(table_uri)
-    if scheme == "":
-        return "file://" + os.path.abspath(os.path.expanduser(table_uri))
-    if scheme == "file":
-        rest = table_uri[5:]
-        if rest.startswith("//"):
-            rest = rest[2:]
-            rest = rest[rest.find("/") :] if not rest.startswith("/") else rest
-        return "file://" + os.path.normpath(rest)
-    return table_uri.rstrip("/")
-
-
-def to_timestamp_ms(value: Timestamp) -> int:
-    """Milliseconds since the epoch of a number (already ms), ISO string, date or datetime (naive = UTC)."""
-    if isinstance(value, bool):
-        raise TypeError("a timestamp cannot be a bool")
-    if isinstance(value, int | float):
-        return int(value)
-    if isinstance(value, str):
-        value = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if not isinstance(value, _dt.datetime):
-        value = _dt.datetime(value.year, value.month, value.day)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=_dt.UTC)
-    return int(value.timestamp() * 1000)
+from logstores.base import LogStore
+from logstores.conf import ConfLike
+from replay.log import commit_timestamps
+from replay.log.commit_files import iter_commits, read_commit
+from replay.log.commit_timestamps import CommitRecord, active_commit_at
+from replay.log.listing import earliest_recreatable_version, full_listing, latest_version
+from replay.log.log_segment import build_log_segment, load_log_segment
+from replay.log.table_io import TableIO
+from replay.protocol.actions import Action
+from replay.protocol.errors import MissingVersionsError, TableNotFoundError, VersionNotFoundError
+from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.state.loader import load_snapshot
+from replay.state.snapshot import Snapshot
+from replay.txn.checkpoint_writer import CheckpointResult, write_checkpoint
+from replay.txn.committer import commit
 
 
 class DeltaLog:
     """The transaction log of the table at :attr:`table_path`."""
 
     def __init__(self, table_uri: str, conf: ConfLike | None = None, store: LogStore | None = None) -> None:
-        self.conf: dict[str, str] = to_conf_dict(conf)
-        self.table_path = normalize_table_uri(table_uri)
-        self.log_path = f"{self.table_path}/_delta_log"
-        self.store: LogStore = store if store is not None else create_log_store(self.conf)
-        local = uri_scheme(self.table_path) in LOCAL_SCHEMES
-        default = min(os.cpu_count() or 1, 4) if local else DEFAULT_READ_THREADS
-        self.read_threads = int(self.conf.get(READ_THREADS_KEY, default))
+        self.io = TableIO.for_table(table_uri, conf, store)
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
 
@@ -88,29 +43,30 @@ class DeltaLog:
         """The log of ``table_uri`` with the store ``create_log_store(conf)`` chooses."""
         return cls(table_uri, conf)
 
-    @contextlib.contextmanager
-    def executor(self) -> Iterator[ThreadPoolExecutor | None]:
-        """A pool for concurrent reads, or ``None`` (read inline) when :attr:`read_threads` is 1.
+    @property
+    def table_path(self) -> str:
+        return self.io.table_path
 
-        On object stores the pool hides request latency; locally it is sized by the CPUs, for
-        the parsing it does without the GIL.
-        """
-        if self.read_threads <= 1:
-            yield None
-            return
-        with ThreadPoolExecutor(max_workers=self.read_threads, thread_name_prefix="delta-log") as pool:
-            yield pool
+    @property
+    def log_path(self) -> str:
+        return self.io.log_path
+
+    @property
+    def store(self) -> LogStore:
+        return self.io.store
+
+    @property
+    def conf(self) -> Mapping[str, str]:
+        return self.io.conf
+
+    @property
+    def read_threads(self) -> int:
+        return self.io.read_threads
 
     def __repr__(self) -> str:
         return f"DeltaLog({self.table_path!r})"
 
     # -- versions ------------------------------------------------------------------------------------
-    def _segment(self, version: int | None = None) -> LogSegment:
-        hint = read_last_checkpoint(self.store, self.log_path)
-        return build_log_segment(
-            self.store, self.log_path, self.table_path, version_to_load=version, last_checkpoint=hint
-        )
-
     def table_exists(self) -> bool:
         try:
             self.latest_version()
@@ -120,61 +76,25 @@ class DeltaLog:
 
     def latest_version(self) -> int:
         """The newest committed version. Raises :class:`TableNotFoundError` if there is none."""
-        hint = read_last_checkpoint(self.store, self.log_path)
-        start = hint.version if hint is not None else 0
-        listing = classify_listing(list_log(self.store, self.log_path, start) or [])
-        if not listing.deltas and start > 0:
-            listing = classify_listing(list_log(self.store, self.log_path, 0) or [])
-        if not listing.deltas:
-            raise TableNotFoundError.no_commits(self.table_path, self.log_path)
-        return listing.deltas[-1][0]
-
-    def _full_listing(self) -> LogListing:
-        """The whole log, classified; :class:`TableNotFoundError` if it holds no commit."""
-        listing = classify_listing(list_log(self.store, self.log_path, 0) or [])
-        if not listing.deltas:
-            raise TableNotFoundError.no_commits(self.table_path, self.log_path)
-        return listing
+        return latest_version(self.io)
 
     def earliest_commit_version(self) -> int:
         """The oldest commit file still in the log (it may not be recreatable)."""
-        return self._full_listing().deltas[0][0]
+        return full_listing(self.io).deltas[0][0]
 
     def earliest_version(self) -> int:
-        """The earliest version a snapshot can be built for (Delta's ``getEarliestRecreatableCommit``).
-
-        That is the oldest of version 0 (if ``0.json`` exists) and complete checkpoint versions
-        from which every later commit is present.
-        """
-        return self._earliest_version_in(self._full_listing())
-
-    def _earliest_version_in(self, listing: LogListing) -> int:
-        versions = [version for version, _ in listing.deltas]
-        present = set(versions)
-        latest = versions[-1]
-        newest_gap = max((v for v in range(versions[0], latest + 1) if v not in present), default=-1)
-        candidates = sorted(
-            {instance.version for instance in complete_checkpoints(listing.checkpoints)}
-            | ({0} if 0 in present else set())
-        )
-        for candidate in candidates:
-            if candidate >= newest_gap and candidate <= latest:
-                return candidate
-        raise MissingVersionsError(
-            f"no version of table {self.table_path} can be reconstructed: no checkpoint or version 0"
-            f" followed by contiguous commits (commits found {versions[0]}..{latest})",
-            table=self.table_path,
-            versions=versions,
-        )
+        """The earliest version a snapshot can be built for (Delta's ``getEarliestRecreatableCommit``)."""
+        return earliest_recreatable_version(full_listing(self.io), self.table_path)
 
     # -- snapshots -----------------------------------------------------------------------------------
     def snapshot(self, version: int | None = None, timestamp: Timestamp | None = None) -> Snapshot:
         """The table at ``version``, at the version active at ``timestamp``, or the latest one.
 
-        Raises :class:`TableNotFoundError`, :class:`VersionNotFoundError` (version before the
-        earliest recoverable or after the latest), :class:`TimestampOutOfRangeError`,
-        :class:`MissingVersionsError`, :class:`CorruptLogError`,
-        :class:`MissingProtocolOrMetadataError` or :class:`UnsupportedTableFeatureError`.
+        A timestamp without a zone is read as UTC. Raises :class:`TableNotFoundError`,
+        :class:`VersionNotFoundError` (version before the earliest recoverable or after the
+        latest), :class:`TimestampOutOfRangeError`, :class:`MissingVersionsError`,
+        :class:`CorruptLogError`, :class:`MissingProtocolOrMetadataError` or
+        :class:`UnsupportedTableFeatureError`.
         """
         if version is not None and timestamp is not None:
             raise ValueError("give a version or a timestamp, not both")
@@ -185,10 +105,10 @@ class DeltaLog:
         if version < 0:
             self._raise_version_not_found(version)
         try:
-            segment = self._segment(version)
+            segment = load_log_segment(self.io, version)
         except (VersionNotFoundError, MissingVersionsError, TableNotFoundError):
             self._raise_version_not_found(version)
-        return load_snapshot(self, segment)
+        return load_snapshot(self.io, segment)
 
     def _raise_version_not_found(self, version: int) -> NoReturn:
         latest = self.latest_version()
@@ -198,11 +118,10 @@ class DeltaLog:
             earliest = None
         if earliest is not None and earliest <= version <= latest:
             # inside the range: the real problem is a gap or corruption, let it surface
-            build_log_segment(self.store, self.log_path, self.table_path, version_to_load=version)
+            build_log_segment(self.io, version_to_load=version)
         raise VersionNotFoundError(
             f"[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table {self.table_path} to version"
-            f" {version}."
-            f" Available versions: [{earliest}, {latest}].",
+            f" {version}. Available versions: [{earliest}, {latest}].",
             table=self.table_path,
             version=version,
             earliest=earliest,
@@ -211,12 +130,12 @@ class DeltaLog:
 
     def update(self) -> Snapshot:
         """The latest snapshot, reusing the cached one if the log has not changed."""
-        segment = self._segment()
+        segment = load_log_segment(self.io)
         with self._lock:
             cached = self._latest
-        if cached is not None and _same_segment(cached.log_segment, segment):
+        if cached is not None and cached.log_segment.same_files(segment):
             return cached
-        snapshot = load_snapshot(self, segment)
+        snapshot = load_snapshot(self.io, segment)
         with self._lock:
             self._latest = snapshot
         return snapshot
@@ -230,18 +149,7 @@ class DeltaLog:
     # -- commits -------------------------------------------------------------------------------------
     def read_version(self, version: int) -> list[Action]:
         """The actions of commit ``version`` in file order (unknown kinds skipped)."""
-        path = filenames.delta_file(self.log_path, version)
-        try:
-            lines = read_commit_file(self, FileStatus(path, 0, 0))
-        except DeltaError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):
-                raise VersionNotFoundError(
-                    f"commit {version} of table {self.table_path} does not exist ({path})",
-                    table=self.table_path,
-                    version=version,
-                ) from None
-            raise
-        return _to_actions(lines)
+        return read_commit(self.io, version)
 
     def get_changes(
         self, start_version: int, end_version: int | None = None, fail_on_data_loss: bool = True
@@ -250,28 +158,7 @@ class DeltaLog:
 
         With ``fail_on_data_loss``, a missing first commit or a gap raises :class:`DataLossError`.
         """
-        statuses = list_log(self.store, self.log_path, max(start_version, 0))
-        if statuses is None:
-            raise TableNotFoundError.no_commits(self.table_path, self.log_path)
-        deltas = classify_listing(statuses, end_version).deltas
-        expected = start_version
-        for version, _ in deltas:
-            if version != expected and fail_on_data_loss:
-                raise DataLossError(
-                    f"[DELTA_VERSIONS_NOT_CONTIGUOUS] the log of table {self.table_path} was expected to have"
-                    f" version {expected} but the next available version is {version}: commits were deleted"
-                    " (log retention or manual removal).",
-                    table=self.table_path,
-                )
-            expected = version + 1
-        window = max(2, 2 * self.read_threads)
-        with self.executor() as executor:
-            statuses = [s for _, s in deltas]
-            reader = prefetch(
-                executor, lambda s: read_commit_file(self, s), statuses, window, task="Reading commits"
-            )
-            for (version, _), lines in zip(deltas, reader, strict=True):
-                yield version, _to_actions(lines)
+        return iter_commits(self.io, start_version, end_version, fail_on_data_loss=fail_on_data_loss)
 
     def commit(
         self,
@@ -282,60 +169,35 @@ class DeltaLog:
         read_version: int | None = None,
         reads_whole_table: bool = False,
     ) -> int:
-        """Commit ``actions`` as the next version (see :func:`replay.commit.commit`); returns it.
+        """Commit ``actions`` as the next version (see :func:`replay.txn.committer.commit`); returns it.
 
         ``read_version`` is the version the actions were derived from: commits landed since then
         are checked for conflicts. ``None`` makes a blind commit against the latest version.
         """
-        from replay.commit import commit
+        try:
+            return commit(
+                self.io,
+                actions,
+                operation,
+                operation_parameters,
+                read_version=read_version,
+                reads_whole_table=reads_whole_table,
+            )
+        finally:
+            self.invalidate()
 
-        return commit(
-            self,
-            actions,
-            operation,
-            operation_parameters,
-            read_version=read_version,
-            reads_whole_table=reads_whole_table,
-        )
-
-    def checkpoint(self, version: int | None = None) -> Any:
-        """Write a checkpoint of ``version`` (latest if ``None``) via :mod:`replay.checkpoint_writer`."""
-        from replay.checkpoint_writer import write_checkpoint
-
+    def checkpoint(self, version: int | None = None) -> CheckpointResult:
+        """Write a checkpoint of ``version`` (latest if ``None``); see :mod:`replay.txn.checkpoint_writer`."""
         snapshot = self.snapshot(version) if version is not None else self.update()
-        return write_checkpoint(self, snapshot)
+        return write_checkpoint(self.io, snapshot)
 
     # -- time ----------------------------------------------------------------------------------------
     def commit_records(self) -> list[CommitRecord]:
         """Every recreatable commit with its effective timestamp, oldest first."""
-        listing = self._full_listing()
-        deltas = listing.deltas
-        try:
-            earliest = self._earliest_version_in(listing)
-        except MissingVersionsError:
-            earliest = deltas[0][0]
-        records = monotonic_timestamps([(v, s) for v, s in deltas if v >= earliest])
-        ict_from = self._in_commit_timestamps_from()
-        if ict_from is None:
-            return records
-        wanted = [record for record in records if record.version >= ict_from]
-        window = max(2, 2 * self.read_threads)
-        with self.executor() as executor:
-            reader = prefetch(
-                executor, lambda s: read_commit_file(self, s), [r.status for r in wanted], window
-            )
-            ict = {}
-            for record, lines in zip(wanted, reader, strict=True):
-                info = commit_info_of(lines) or {}
-                if info.get("inCommitTimestamp") is not None:
-                    ict[record.version] = int(info["inCommitTimestamp"])
-        return [CommitRecord(r.version, ict.get(r.version, r.timestamp), r.status) for r in records]
-
-    def _in_commit_timestamps_from(self) -> int | None:
-        configuration = self.update().metadata.configuration or {}
-        if configuration.get("delta.enableInCommitTimestamps", "false").lower() != "true":
-            return None
-        return int(configuration.get("delta.inCommitTimestampEnablementVersion", 0))
+        listing = full_listing(self.io)
+        return commit_timestamps.commit_records(
+            self.io, listing, self.update().config.in_commit_timestamps_since
+        )
 
     def commit_timestamp(self, version: int) -> int:
         """The effective timestamp (ms) of commit ``version``: in-commit timestamp, else monotonic mtime."""
@@ -361,22 +223,5 @@ class DeltaLog:
         )
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Commit information newest first (see :func:`replay.history.history`)."""
-        return history(self, limit)
-
-
-def _to_actions(lines: list[dict[str, Any]]) -> list[Action]:
-    actions = []
-    for line in lines:
-        action = action_from_dict(line)
-        if action is not None:
-            actions.append(action)
-    return actions
-
-
-def _same_segment(left: LogSegment, right: LogSegment) -> bool:
-    def files(segment: LogSegment) -> list[tuple[str, int, int]]:
-        statuses = [*segment.checkpoint_files, *(s for _, _, s in segment.replay_files)]
-        return [(s.path, s.size, s.modification_time) for s in statuses]
-
-    return left.version == right.version and files(left) == files(right)
+        """Commit information newest first (see :func:`replay.log.commit_timestamps.history`)."""
+        return commit_timestamps.history(self.io, self.commit_records(), limit)

@@ -7,8 +7,15 @@ import pyarrow as pa
 import pytest
 
 from logstores.base import FileStatus
-from replay import filenames
-from replay.actions import (
+from replay.log.checkpoint_instances import (
+    CheckpointFormat,
+    CheckpointInstance,
+    complete_checkpoints,
+    latest_complete_checkpoint,
+)
+from replay.log.last_checkpoint import LastCheckpointInfo, last_checkpoint_checksum
+from replay.protocol import filenames
+from replay.protocol.actions import (
     AddCDCFile,
     AddFile,
     CommitInfo,
@@ -18,22 +25,11 @@ from replay.actions import (
     Protocol,
     RemoveFile,
     SetTransaction,
-    canonicalize_path,
-    file_key,
-    normalize_path_key,
     parse_action,
     parse_actions,
-    resolve_path,
 )
-from replay.checkpoints import (
-    CheckpointFormat,
-    CheckpointInstance,
-    LastCheckpointInfo,
-    complete_checkpoints,
-    last_checkpoint_checksum,
-    latest_complete_checkpoint,
-)
-from replay.schema import parse_schema
+from replay.protocol.paths import canonicalize_path, file_key, normalize_path_key, resolve_path
+from replay.protocol.schema import parse_schema
 
 ADD_LINE = (
     '{"add":{"path":"a%20b/part-1.parquet","partitionValues":{"p":"x"},"size":10,"modificationTime":5,'
@@ -288,7 +284,7 @@ def test_last_checkpoint_serialisation_matches_delta() -> None:
 
 
 def test_nested_types_convert_to_arrow() -> None:
-    from replay.schema import parse_schema
+    from replay.protocol.schema import parse_schema
 
     schema = parse_schema(
         '{"type":"struct","fields":['

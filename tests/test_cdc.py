@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from replay.actions import AddCDCFile, AddFile, CommitInfo, DeletionVectorDescriptor, Metadata, RemoveFile
 from replay.cdc import (
     BASE_INDEX,
     END_INDEX,
@@ -32,15 +31,23 @@ from replay.cdc import (
     table_changes,
 )
 from replay.data import DataFileNotFoundError
-from replay.deletion_vectors import serialize_bitmap, z85_encode
+from replay.data.deletion_vectors import serialize_bitmap, z85_encode
 from replay.delta_log import DeltaLog
-from replay.errors import (
+from replay.protocol.actions import (
+    AddCDCFile,
+    AddFile,
+    CommitInfo,
+    DeletionVectorDescriptor,
+    Metadata,
+    RemoveFile,
+)
+from replay.protocol.errors import (
     ChangeDataFeedNotEnabledError,
     DataLossError,
     TimestampOutOfRangeError,
     VersionNotFoundError,
 )
-from replay.filenames import delta_file
+from replay.protocol.filenames import delta_file
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 TABLE_ID = "00000000-0000-0000-0000-000000000001"
@@ -506,7 +513,10 @@ def test_missing_commits_and_files(tmp_path: Path) -> None:
         (4, "insert", 2),
         (5, "insert", 2),
     ]
-    with pytest.raises(DataLossError, match=r"commit 1 is missing \(the log continues at 2\)"):
+    with pytest.raises(
+        DataLossError,
+        match="from version 1,\nbut the earliest available version in the _delta_log directory is 2",
+    ):
         table_changes(delta_log, starting_version=0, fail_on_data_loss=True)
     victim = next(f for f in delta_log.snapshot(0).files())
     (path / victim.path).unlink()

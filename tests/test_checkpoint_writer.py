@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from replay.actions import (
+from replay.delta_log import DeltaLog
+from replay.log.last_checkpoint import last_checkpoint_checksum, read_last_checkpoint
+from replay.protocol.actions import (
     AddFile,
     DeletionVectorDescriptor,
     DomainMetadata,
@@ -21,12 +23,11 @@ from replay.actions import (
     RemoveFile,
     SetTransaction,
 )
-from replay.checkpoint_writer import CHECKPOINT_SCHEMA, checkpoint_table, split_parts, write_checkpoint
-from replay.checkpoints import last_checkpoint_checksum, read_last_checkpoint
-from replay.commit import commit
-from replay.delta_log import DeltaLog
-from replay.errors import UnsupportedTableFeatureError
-from replay.write import write_table
+from replay.protocol.arrow_actions import CHECKPOINT_SCHEMA
+from replay.protocol.errors import UnsupportedTableFeatureError
+from replay.txn.checkpoint_writer import checkpoint_table, split_parts, write_checkpoint
+from replay.txn.committer import commit
+from replay.txn.write import write_table
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
 
@@ -36,7 +37,7 @@ def new_log(
 ) -> DeltaLog:
     log = DeltaLog.for_table(uri)
     metadata = Metadata(id="table-id", schema_string=SCHEMA, configuration=configuration or {})
-    commit(log, [protocol or Protocol(1, 2), metadata], read_version=-1)
+    commit(log.io, [protocol or Protocol(1, 2), metadata], read_version=-1)
     return log
 
 
@@ -97,7 +98,7 @@ def test_split_parts_rejects_non_positive_threshold() -> None:
 
 
 def test_checkpoint_table_refuses_commit_only_actions() -> None:
-    from replay.actions import CommitInfo
+    from replay.protocol.actions import CommitInfo
 
     with pytest.raises(TypeError, match="CommitInfo actions do not belong in a classic checkpoint"):
         checkpoint_table([CommitInfo({})])
@@ -109,10 +110,11 @@ def test_single_part_checkpoint_round_trip(tmp_path: Path) -> None:
     now = int(time.time() * 1000)
     dv = DeletionVectorDescriptor("u", "ab^-aqEH.-t@S}K{vb[*k^", 4, 40, 6)
     commit(
-        log, [add("a", stats='{"numRecords":1}'), add("b", partition_values={}), add("c", deletion_vector=dv)]
+        log.io,
+        [add("a", stats='{"numRecords":1}'), add("b", partition_values={}), add("c", deletion_vector=dv)],
     )
     commit(
-        log,
+        log.io,
         [
             RemoveFile(path="b", deletion_timestamp=now, data_change=True),
             RemoveFile(path="old", deletion_timestamp=1000, data_change=True),
@@ -122,7 +124,7 @@ def test_single_part_checkpoint_round_trip(tmp_path: Path) -> None:
         ],
     )
     before = log.snapshot()
-    result = write_checkpoint(log, before)
+    result = write_checkpoint(log.io, before)
     assert result.version == 2
     assert [Path(p).name for p in result.paths] == [f"{2:020d}.checkpoint.parquet"]
 
@@ -133,7 +135,7 @@ def test_single_part_checkpoint_round_trip(tmp_path: Path) -> None:
     assert raw["numOfAddFiles"] == 2
     assert raw["sizeInBytes"] == (table / "_delta_log" / f"{2:020d}.checkpoint.parquet").stat().st_size
     assert raw["checksum"] == last_checkpoint_checksum(raw)
-    assert read_last_checkpoint(log.store, log.log_path).version == 2
+    assert read_last_checkpoint(log.io).version == 2
 
     rows = pq.read_table(table / "_delta_log" / f"{2:020d}.checkpoint.parquet").to_pylist()
     kinds = [next(k for k, v in row.items() if v is not None) for row in rows]
@@ -171,14 +173,16 @@ def test_multi_part_checkpoint_read_by_us_and_deltars(tmp_path: Path) -> None:
         write_table(path, pa.table({"id": [index]}))
     log = DeltaLog.for_table(path)
     delete = log.snapshot().files()[0]
-    commit(log, [RemoveFile(path=delete.path, deletion_timestamp=int(time.time() * 1000), data_change=True)])
+    commit(
+        log.io, [RemoveFile(path=delete.path, deletion_timestamp=int(time.time() * 1000), data_change=True)]
+    )
     expected = sorted(add.path for add in log.snapshot().files())
     result = log.snapshot()
-    written = write_checkpoint(log, result, parts_threshold=2)
+    written = write_checkpoint(log.io, result, parts_threshold=2)
     assert [Path(p).name for p in written.paths] == [
         f"{5:020d}.checkpoint.{i:010d}.{3:010d}.parquet" for i in (1, 2, 3)
     ]
-    info = read_last_checkpoint(log.store, log.log_path)
+    info = read_last_checkpoint(log.io)
     assert (info.version, info.parts, info.size, info.num_of_add_files) == (5, 3, 7, 4)
     remove_json_commits(table, 4)
     assert sorted(add.path for add in DeltaLog.for_table(path).snapshot().files()) == expected
@@ -191,14 +195,14 @@ def test_part_size_from_conf(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     new_log(uri)
     log = DeltaLog.for_table(uri, {"spark.databricks.delta.checkpoint.partSize": "1"})
-    commit(log, [add("a"), add("b")])
+    commit(log.io, [add("a"), add("b")])
     assert len(log.checkpoint().paths) == 2
 
 
 def test_checkpoint_on_memory_store() -> None:
     uri = f"memory://checkpoint-{uuid.uuid4().hex}/t"
     log = new_log(uri)
-    commit(log, [add("a")])
+    commit(log.io, [add("a")])
     result = log.checkpoint()
     assert result.paths == [f"{uri}/_delta_log/{1:020d}.checkpoint.parquet"]
     log.store.delete(f"{uri}/_delta_log/{0:020d}.json")
@@ -210,7 +214,7 @@ def test_checkpoint_through_a_rename_store_leaves_no_temp_files(tmp_path: Path) 
     new_log(uri)
     log = DeltaLog.for_table(uri, {"spark.delta.logStore.class": "hdfs"})
     assert log.store.is_partial_write_visible(log.log_path)
-    commit(log, [add("a")])
+    commit(log.io, [add("a")])
     log.checkpoint()
     log.checkpoint()  # written again over the same files: replaced whole
     names = sorted(p.name for p in (tmp_path / "t" / "_delta_log").iterdir())

@@ -19,7 +19,7 @@ from replay.cdc import table_changes
 from replay.cli import main
 from replay.cli.demo import build_demo_table
 from replay.delta_log import DeltaLog
-from replay.write import write_table
+from replay.txn.write import write_table
 from tests.cloud_servers import MotoServer
 
 V0_MS, V1_MS = 1_600_000_000_000, 1_600_000_060_000

@@ -11,10 +11,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from replay.actions import AddFile, CommitInfo, Metadata, Protocol, RemoveFile, SetTransaction
-from replay.commit import commit, encode_operation_parameters
 from replay.delta_log import DeltaLog
-from replay.errors import ConcurrentModificationError
+from replay.protocol.actions import AddFile, CommitInfo, Metadata, Protocol, RemoveFile, SetTransaction
+from replay.protocol.errors import ConcurrentModificationError
+from replay.txn.committer import commit, encode_operation_parameters
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
 
@@ -22,7 +22,7 @@ SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,
 def new_table(uri: str, configuration: dict[str, str] | None = None) -> DeltaLog:
     log = DeltaLog.for_table(uri)
     metadata = Metadata(id=str(uuid.uuid4()), schema_string=SCHEMA, configuration=configuration or {})
-    assert commit(log, [Protocol(1, 2), metadata], "CREATE TABLE", read_version=-1) == 0
+    assert commit(log.io, [Protocol(1, 2), metadata], "CREATE TABLE", read_version=-1) == 0
     return log
 
 
@@ -53,16 +53,16 @@ def test_creating_a_table_needs_protocol_and_metadata(tmp_path: Path) -> None:
     with pytest.raises(
         ValueError, match=r"Cannot create table .*/t: the first commit needs a protocol and metadata"
     ):
-        commit(log, [add("a")], read_version=-1)
+        commit(log.io, [add("a")], read_version=-1)
     with pytest.raises(ValueError, match="needs a metadata action"):
-        commit(log, [Protocol(1, 2)], read_version=-1)
+        commit(log.io, [Protocol(1, 2)], read_version=-1)
 
 
 def test_commit_info_is_first_and_parameters_are_json_encoded(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
     parameters = {"mode": "Append", "partitionBy": ["p"], "n": 3, "flag": True, "none": None}
     stray = CommitInfo({"operation": "IGNORED"})
-    version = commit(log, [stray, add("a")], "WRITE", parameters, operation_metrics={"numFiles": 1})
+    version = commit(log.io, [stray, add("a")], "WRITE", parameters, operation_metrics={"numFiles": 1})
     assert version == 1
     info = lines(log, 1)[0]["commitInfo"]
     assert info["operationParameters"] == {
@@ -84,19 +84,19 @@ def test_commit_info_is_first_and_parameters_are_json_encoded(tmp_path: Path) ->
 
 def test_blind_append_retries_after_a_concurrent_append(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
-    assert commit(log, [add("winner")], read_version=0) == 1
-    assert commit(log, [add("late")], read_version=0) == 2
+    assert commit(log.io, [add("winner")], read_version=0) == 1
+    assert commit(log.io, [add("late")], read_version=0) == 2
     assert lines(log, 2)[0]["commitInfo"]["readVersion"] == 0
     assert sorted(a.path for a in log.snapshot().files()) == ["late", "winner"]
 
 
 def test_delete_of_a_file_removed_concurrently_conflicts(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
-    commit(log, [add("a"), add("b")])
-    assert commit(log, [remove("a")], "DELETE", read_version=1) == 2
-    assert commit(log, [add("c")], read_version=1) == 3
+    commit(log.io, [add("a"), add("b")])
+    assert commit(log.io, [remove("a")], "DELETE", read_version=1) == 2
+    assert commit(log.io, [add("c")], read_version=1) == 3
     with pytest.raises(ConcurrentModificationError) as caught:
-        commit(log, [remove("a")], "DELETE", read_version=1)
+        commit(log.io, [remove("a")], "DELETE", read_version=1)
     assert caught.value.winning_version == 2
     message = str(caught.value)
     assert "ConcurrentDeleteDeleteException" in message
@@ -107,9 +107,9 @@ def test_delete_of_a_file_removed_concurrently_conflicts(tmp_path: Path) -> None
 
 def test_removing_other_files_does_not_conflict(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
-    commit(log, [add("a"), add("b")])
-    commit(log, [remove("a")], read_version=1)
-    assert commit(log, [remove("b")], read_version=1) == 3
+    commit(log.io, [add("a"), add("b")])
+    commit(log.io, [remove("a")], read_version=1)
+    assert commit(log.io, [remove("b")], read_version=1) == 3
     assert log.snapshot().files() == []
 
 
@@ -125,24 +125,24 @@ def test_winner_changing_protocol_metadata_or_same_txn_conflicts(
     tmp_path: Path, winner: object, expected: str
 ) -> None:
     log = new_table(str(tmp_path / "t"))
-    commit(log, [winner], read_version=0)
+    commit(log.io, [winner], read_version=0)
     with pytest.raises(ConcurrentModificationError, match=expected) as caught:
-        commit(log, [SetTransaction("app", 8, 2), add("x")], read_version=0)
+        commit(log.io, [SetTransaction("app", 8, 2), add("x")], read_version=0)
     assert caught.value.winning_version == 1
 
 
 def test_other_application_ids_do_not_conflict(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
-    commit(log, [SetTransaction("other", 1, 1)], read_version=0)
-    assert commit(log, [SetTransaction("app", 1, 1), add("x")], read_version=0) == 2
+    commit(log.io, [SetTransaction("other", 1, 1)], read_version=0)
+    assert commit(log.io, [SetTransaction("app", 1, 1), add("x")], read_version=0) == 2
     assert log.snapshot().set_transactions == {"other": 1, "app": 1}
 
 
 def test_whole_table_readers_conflict_with_concurrent_appends(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
-    commit(log, [add("new")], read_version=0)
+    commit(log.io, [add("new")], read_version=0)
     with pytest.raises(ConcurrentModificationError, match=r"ConcurrentAppendException.*\(for example new\)"):
-        commit(log, [add("replacement")], "WRITE", read_version=0, reads_whole_table=True)
+        commit(log.io, [add("replacement")], "WRITE", read_version=0, reads_whole_table=True)
 
 
 def test_concurrent_table_creation_conflicts(tmp_path: Path) -> None:
@@ -155,10 +155,10 @@ def test_concurrent_table_creation_conflicts(tmp_path: Path) -> None:
 
 def test_gives_up_after_max_attempts(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
-    commit(log, [add("a")])
-    commit(log, [add("b")])
+    commit(log.io, [add("a")])
+    commit(log.io, [add("b")])
     with pytest.raises(ConcurrentModificationError, match="after 1 attempts") as caught:
-        commit(log, [add("c")], read_version=0, max_attempts=1)
+        commit(log.io, [add("c")], read_version=0, max_attempts=1)
     assert caught.value.winning_version == 2
 
 
@@ -170,15 +170,15 @@ def test_in_commit_timestamps_are_monotonic(tmp_path: Path) -> None:
     future = first["inCommitTimestamp"] + 10_000_000
     ahead = orjson.dumps({"commitInfo": {"inCommitTimestamp": future, "timestamp": future}}).decode()
     log.store.write(f"{log.log_path}/{1:020d}.json", [ahead], overwrite=False)
-    assert commit(log, [add("a")]) == 2
+    assert commit(log.io, [add("a")]) == 2
     assert lines(log, 2)[0]["commitInfo"]["inCommitTimestamp"] == future + 1
-    assert commit(log, [add("b")], read_version=1) == 3  # retried past the race, still monotonic
+    assert commit(log.io, [add("b")], read_version=1) == 3  # retried past the race, still monotonic
     assert lines(log, 3)[0]["commitInfo"]["inCommitTimestamp"] == future + 2
 
 
 def test_no_in_commit_timestamps_unless_enabled(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
-    commit(log, [add("a")])
+    commit(log.io, [add("a")])
     assert "inCommitTimestamp" not in lines(log, 1)[0]["commitInfo"]
 
 
@@ -190,7 +190,7 @@ APPENDS = 25
 def append_many(uri: str, writer: int) -> list[int]:
     """One writer's appends: each commit is blind (read version = latest at call time)."""
     log = DeltaLog.for_table(uri)
-    return [commit(log, [add(f"w{writer}-{index}")]) for index in range(APPENDS)]
+    return [commit(log.io, [add(f"w{writer}-{index}")]) for index in range(APPENDS)]
 
 
 def check_all_committed(uri: str, versions: list[int]) -> None:

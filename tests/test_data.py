@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from replay.actions import AddFile, Metadata
 from replay.data import (
     DataFileNotFoundError,
     TableReader,
@@ -22,10 +21,11 @@ from replay.data import (
     parse_partition_value,
     partition_value_array,
     read_files,
-    read_snapshot,
 )
 from replay.delta_log import DeltaLog
-from replay.schema import PrimitiveType, parse_schema
+from replay.protocol.actions import AddFile, Metadata
+from replay.protocol.schema import PrimitiveType, parse_schema
+from replay.state.scan import read_snapshot
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 DAT_CASES = sorted(

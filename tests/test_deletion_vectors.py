@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay.actions import DeletionVectorDescriptor
-from replay.deletion_vectors import (
+from replay.data.deletion_vectors import (
     NATIVE_MAGIC,
     CorruptDeletionVectorError,
     DeletionVectorError,
@@ -27,6 +26,7 @@ from replay.deletion_vectors import (
     z85_decode,
     z85_encode,
 )
+from replay.protocol.actions import DeletionVectorDescriptor
 
 DAT_DV_UUID = "8aebe228-b96c-4831-b0b6-22882eb9a3d3"
 CHECKSUM_MESSAGE = r"at offset 1 fails its checksum \(stored 0x817940f8, computed 0x81794007\)"

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from replay.actions import resolve_path
 from replay.delta_log import DeltaLog
-from replay.write import delete_files, write_table
+from replay.protocol.paths import resolve_path
+from replay.txn.write import delete_files, write_table
 
 _READ_IN_CHILD = """
 import json, os, sys

@@ -16,18 +16,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from logstores import create_log_store
-from replay import commit_reader
-from replay.actions import resolve_path
-from replay.checkpoints import read_parquet_checkpoint
-from replay.commit_reader import parse_commit_arrow
 from replay.delta_log import DeltaLog
-from replay.log_replay import (
+from replay.log import commit_files as commit_reader
+from replay.log.checkpoints import read_parquet_checkpoint
+from replay.log.commit_files import parse_commit_arrow
+from replay.protocol.arrow_actions import (
     ADD_ARROW_TYPE,
     REMOVE_ARROW_TYPE,
     arrow_file_keys,
     may_need_canonical_form,
     struct_to_map,
 )
+from replay.protocol.paths import resolve_path
 
 STATS = '{"numRecords":10,"minValues":{"id":1},"maxValues":{"id":10},"nullCount":{"id":0}}'
 DV = {

@@ -15,15 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from replay.actions import resolve_path
-from replay.data import read_snapshot
 from replay.delta_log import DeltaLog
-from replay.errors import (
+from replay.protocol.errors import (
     MissingProtocolOrMetadataError,
     MissingVersionsError,
     TableNotFoundError,
     UnsupportedTableFeatureError,
 )
+from replay.protocol.paths import resolve_path
+from replay.state.scan import read_snapshot
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 TABLES = sorted(str(p.parent.relative_to(GOLDEN)) for p in GOLDEN.glob("*/*/delta"))

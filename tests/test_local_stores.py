@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,27 @@ def test_four_processes_race_for_one_file(store_class: type[LogStore], tmp_path:
     assert len(winners) == 1, outcomes
     assert store_class().read(target) == [f"process-{winners[0]}-{n}" for n in range(2000)]
     assert os.listdir(tmp_path) == [f"{3:020d}.json"]
+
+
+def test_path_locks_are_released_when_unused() -> None:
+    from logstores.filesystem import PATH_LOCKS, path_lock
+
+    before = len(PATH_LOCKS)
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with path_lock("file:///held"):
+            started.set()
+            release.wait(5)
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    started.wait(5)
+    assert len(PATH_LOCKS) == before + 1
+    for index in range(1000):
+        with path_lock(f"file:///t/{index}.json"):
+            pass
+    assert len(PATH_LOCKS) == before + 1
+    release.set()
+    worker.join(5)
+    assert len(PATH_LOCKS) == before

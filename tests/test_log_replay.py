@@ -8,7 +8,8 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from replay.actions import (
+from replay.log.log_replay import InMemoryLogReplay, ReverseLogReplay
+from replay.protocol.actions import (
     AddCDCFile,
     AddFile,
     CommitInfo,
@@ -20,7 +21,7 @@ from replay.actions import (
     SetTransaction,
     action_from_dict,
 )
-from replay.log_replay import InMemoryLogReplay, ReverseLogReplay, key_string
+from replay.protocol.arrow_actions import key_string
 
 P1, P2 = Protocol(1, 2), Protocol(3, 7, ["deletionVectors"], ["deletionVectors"])
 M1, M2 = Metadata(id="a"), Metadata(id="b")

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from replay import progress
 from replay.delta_log import DeltaLog
-from replay.write import write_table
+from replay.txn.write import write_table
 
 
 def test_reports_reach_only_the_installed_listener(tmp_path: Path) -> None:

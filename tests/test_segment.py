@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from logstores.base import FileStatus
-from replay import filenames
-from replay.checkpoints import CheckpointFormat, CheckpointInstance
-from replay.errors import MissingVersionsError, VersionNotFoundError
-from replay.segment import LogSegment, classify_listing, select_log_segment, verify_delta_versions
+from replay.log.checkpoint_instances import CheckpointFormat, CheckpointInstance
+from replay.log.listing import classify_listing
+from replay.log.log_segment import LogSegment, select_log_segment, verify_delta_versions
+from replay.protocol import filenames
+from replay.protocol.errors import MissingVersionsError, VersionNotFoundError
 
 LOG = "file:///t/_delta_log"
 TABLE = "file:///t"

@@ -12,12 +12,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from replay import commit_reader, filenames
-from replay.actions import AddFile, resolve_path
-from replay.commit_reader import parse_commit_arrow
 from replay.delta_log import DeltaLog
-from replay.errors import CorruptLogError, MissingVersionsError, TableNotFoundError
-from replay.snapshot import FILES_SCHEMA, parse_interval_ms
+from replay.log import commit_files as commit_reader
+from replay.log.commit_files import parse_commit_arrow
+from replay.protocol import filenames
+from replay.protocol.actions import AddFile
+from replay.protocol.arrow_actions import FILES_SCHEMA
+from replay.protocol.errors import CorruptLogError, MissingVersionsError, TableNotFoundError
+from replay.protocol.paths import resolve_path
+from replay.protocol.table_properties import parse_interval_ms
 
 
 def _data(start: int, count: int = 3) -> pa.Table:

@@ -11,11 +11,12 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from replay.actions import RemoveFile, action_from_dict, canonicalize_path
-from replay.commit import commit
 from replay.delta_log import DeltaLog
+from replay.protocol.actions import RemoveFile, action_from_dict
+from replay.protocol.paths import canonicalize_path
 from replay.spark import reconstruct_state
-from replay.write import write_table
+from replay.txn.committer import commit
+from replay.txn.write import write_table
 
 pytestmark = pytest.mark.spark
 
@@ -80,9 +81,11 @@ def test_checkpoint_removes_and_time_travel(spark: Any, tmp_path: Path) -> None:
     log = DeltaLog.for_table(path)
     victims = log.snapshot().files()[:2]
     now = int(time.time() * 1000)
-    commit(log, [RemoveFile(path=v.path, deletion_timestamp=now, data_change=True) for v in victims])
+    commit(log.io, [RemoveFile(path=v.path, deletion_timestamp=now, data_change=True) for v in victims])
     log.checkpoint()
-    commit(log, [RemoveFile(path=log.snapshot().files()[0].path, deletion_timestamp=now, data_change=True)])
+    commit(
+        log.io, [RemoveFile(path=log.snapshot().files()[0].path, deletion_timestamp=now, data_change=True)]
+    )
     write_table(path, pa.table({"id": [9], "p": ["v0"]}))
     state = spark_state(spark, log)
     assert state == driver_state(log)

@@ -13,10 +13,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from replay.cdc import table_changes
-from replay.data import read_snapshot
 from replay.delta_log import DeltaLog
 from replay.spark import register
 from replay.spark.datasource import InvalidOptionError, ReadSettings
+from replay.state.scan import read_snapshot
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 pytestmark = pytest.mark.spark

@@ -11,10 +11,11 @@ import pytest
 from deltalake import DeltaTable
 
 from logstores.base import FileStatus
-from replay.actions import AddFile, CommitInfo, Metadata, Protocol, parse_actions, resolve_path
 from replay.delta_log import DeltaLog
-from replay.errors import DataLossError, TimestampOutOfRangeError, VersionNotFoundError
-from replay.history import CommitRecord, active_commit_at, monotonic_timestamps
+from replay.log.commit_timestamps import CommitRecord, active_commit_at, monotonic_timestamps
+from replay.protocol.actions import AddFile, CommitInfo, Metadata, Protocol, parse_actions
+from replay.protocol.errors import DataLossError, TimestampOutOfRangeError, VersionNotFoundError
+from replay.protocol.paths import resolve_path
 
 START = 1540415658000  # the generator's mtime of commit 0 of time-travel-start*
 TWENTY_MINUTES = 20 * 60 * 1000
@@ -140,7 +141,10 @@ def test_history_newest_first(golden_root: Path) -> None:
 
 def test_read_version_and_get_changes(golden_root: Path) -> None:
     log = DeltaLog.for_table(str(golden_root / "delta-rs" / "checkpoint-cdf-table" / "delta"))
-    with pytest.raises(DataLossError, match="expected to have version 0 but the next available version is 3"):
+    with pytest.raises(
+        DataLossError,
+        match="from version 0,\nbut the earliest available version in the _delta_log directory is 3",
+    ):
         list(log.get_changes(0))
     changes = list(log.get_changes(0, fail_on_data_loss=False))
     assert [version for version, _ in changes] == [3, 4, 5]

@@ -13,20 +13,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from replay.actions import AddFile, Metadata, Protocol, RemoveFile, parse_actions
 from replay.delta_log import DeltaLog
-from replay.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
-from replay.write import (
-    check_writable,
-    delete_files,
+from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile, parse_actions
+from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
+from replay.protocol.table_config import check_writable
+from replay.txn.data_writer import (
     encode_log_path,
     escape_partition_value,
     file_statistics,
-    new_table_protocol,
     partition_directory,
     partition_value_string,
-    write_table,
 )
+from replay.txn.write import delete_files, new_table_protocol, write_table
 
 
 def commit_lines(table: Path, version: int) -> list[dict]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from logstores import explain_log_store
-from replay.checkpoint_writer import CheckpointResult
+from replay import CheckpointResult
 from replay.cli import output
 
 DEMO_MARKER = "deltalog.demo"
@@ -52,8 +52,7 @@ def _is_demo_table(path: Path) -> bool:
 
 def build_demo_table(uri: str, conf: Mapping[str, str]) -> CheckpointResult:
     """Commit the demo's versions: 0-2 appends, 3 a whole-file delete, then a checkpoint."""
-    from replay.delta_log import DeltaLog
-    from replay.write import delete_files, write_table
+    from replay import DeltaLog, delete_files, write_table
 
     write_table(
         uri,
@@ -72,8 +71,7 @@ def build_demo_table(uri: str, conf: Mapping[str, str]) -> CheckpointResult:
 
 def run_demo(directory: str, conf: Mapping[str, str], *, with_spark: bool = True) -> None:
     """Run the whole demo in ``directory`` (created; an earlier demo table there is replaced)."""
-    from replay.cdc import table_changes
-    from replay.delta_log import DeltaLog
+    from replay import DeltaLog, table_changes
 
     path = prepare_directory(directory)
     uri = str(path)
@@ -129,7 +127,7 @@ def _spark_part(uri: str, conf: Mapping[str, str]) -> None:
             )
             query.awaitTermination()
             batches = [p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0]
-            rows = spark.sql("SELECT count(*) AS n FROM deltalog_demo_changes").first()["n"]
+            rows = spark.sql("SELECT count(*) AS n FROM deltalog_demo_changes").collect()[0]["n"]
             print(f"{len(batches)} micro-batches delivered {rows} change rows")
     finally:
         if own_session:

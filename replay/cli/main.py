@@ -83,8 +83,8 @@ def _storage_key(key: str) -> bool:
 
 
 def cmd_snapshot(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaLog
     from replay.cli import output
-    from replay.delta_log import DeltaLog
 
     log = DeltaLog.for_table(args.uri, conf)
     with output.working(f"Replaying the log of {args.uri}"):
@@ -94,8 +94,8 @@ def cmd_snapshot(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
 
 def cmd_history(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaLog
     from replay.cli import output
-    from replay.delta_log import DeltaLog
 
     log = DeltaLog.for_table(args.uri, conf)
     with output.working(f"Reading the history of {args.uri}"):
@@ -105,9 +105,8 @@ def cmd_history(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
 
 def cmd_changes(args: argparse.Namespace, conf: dict[str, str]) -> int:
-    from replay.cdc import table_changes
+    from replay import DeltaLog, table_changes
     from replay.cli import output
-    from replay.delta_log import DeltaLog
 
     log = DeltaLog.for_table(args.uri, conf)
     printed = 0
@@ -131,8 +130,8 @@ def cmd_changes(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaLog
     from replay.cli import output
-    from replay.delta_log import DeltaLog
 
     log = DeltaLog.for_table(args.uri, conf)
     with output.working(f"Writing a checkpoint of {args.uri}"):

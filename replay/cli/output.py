@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from replay import progress
+from replay import CheckpointResult, Snapshot, progress
 
 try:
     from rich.console import Console
@@ -133,7 +133,7 @@ def emit_mapping(values: Mapping[str, Any], *, as_json: bool, title: str | None 
         _print_table(title, ["field", "value"], values.items())
 
 
-def snapshot_summary(snapshot: Any, *, with_files: bool = False) -> dict[str, Any]:
+def snapshot_summary(snapshot: Snapshot, *, with_files: bool = False) -> dict[str, Any]:
     """The fields ``deltalog snapshot`` shows, keyed by the names of ``snapshot --json``."""
     protocol, metadata = snapshot.protocol, snapshot.metadata
     files = snapshot.files_table()
@@ -150,7 +150,7 @@ def snapshot_summary(snapshot: Any, *, with_files: bool = False) -> dict[str, An
         "table_id": metadata.id,
         "name": metadata.name,
         "description": metadata.description,
-        "schema": json.loads(metadata.schema_string),
+        "schema": snapshot.schema.to_json_value(),
         "partition_columns": list(metadata.partition_columns),
         "properties": dict(metadata.configuration),
         "num_files": snapshot.num_files,
@@ -165,7 +165,7 @@ def snapshot_summary(snapshot: Any, *, with_files: bool = False) -> dict[str, An
     return summary
 
 
-def emit_snapshot(snapshot: Any, *, as_json: bool, with_files: bool) -> None:
+def emit_snapshot(snapshot: Snapshot, *, as_json: bool, with_files: bool) -> None:
     summary = snapshot_summary(snapshot, with_files=with_files)
     if as_json:
         print_json(summary)
@@ -222,7 +222,9 @@ def history_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def emit_history(entries: Iterable[Any], *, as_json: bool, title: str | None = "History") -> None:
+def emit_history(
+    entries: Iterable[Mapping[str, Any]], *, as_json: bool, title: str | None = "History"
+) -> None:
     rows = history_rows(entries)
     if as_json:
         print_json(rows)
@@ -264,9 +266,9 @@ def emit_changes(rows: pa.Table, *, as_json: bool, header: bool = True) -> None:
     _print_table(None, columns, [[record[c] for c in columns] for record in records])
 
 
-def emit_checkpoint(written: Any, *, as_json: bool) -> None:
-    """What a checkpoint wrote (a :class:`replay.checkpoint_writer.CheckpointResult`)."""
-    values = {
+def emit_checkpoint(written: CheckpointResult, *, as_json: bool) -> None:
+    """What a checkpoint wrote."""
+    values: dict[str, object] = {
         "version": written.version,
         "parts": written.parts or 1,
         "actions": written.size,
@@ -277,6 +279,6 @@ def emit_checkpoint(written: Any, *, as_json: bool) -> None:
     if as_json:
         print_json(values)
         return
-    values["size_in_bytes"] = human_size(values["size_in_bytes"])
-    values["paths"] = "\n".join(values["paths"])
+    values["size_in_bytes"] = human_size(written.size_in_bytes)
+    values["paths"] = "\n".join(written.paths)
     emit_mapping(values, as_json=False, title="Checkpoint written")

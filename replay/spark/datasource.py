@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -59,7 +60,9 @@ from replay.cdc import (
     resolve_change_range,
 )
 from replay.data import TableReader
-from replay.errors import DeltaError
+from replay.delta_log import DeltaLog
+from replay.protocol.errors import DeltaError
+from replay.state.snapshot import Snapshot
 
 FORMAT_NAME = "deltalog"
 STORAGE_KEY_PREFIXES = ("fs.", "spark.hadoop.", "spark.delta.logStore.", "delta.logStore.")
@@ -286,8 +289,6 @@ class DeltaLogBatchReader(DataSourceReader):
         return state
 
     def _make_plan(self) -> tuple[TableReader, list[ChangeRead]]:
-        from replay.delta_log import DeltaLog
-
         settings = self.settings
         delta_log = DeltaLog.for_table(settings.path, settings.conf)
         if settings.read_change_feed:
@@ -321,7 +322,7 @@ class DeltaLogBatchReader(DataSourceReader):
         yield from _record_batches(reader, partition, self.settings.read_change_feed, self.schema)
 
 
-def _snapshot(delta_log: Any, settings: ReadSettings) -> Any:
+def _snapshot(delta_log: DeltaLog, settings: ReadSettings) -> Snapshot:
     if settings.version_as_of is not None:
         return delta_log.snapshot(version=settings.version_as_of)
     if settings.timestamp_as_of is not None:
@@ -351,8 +352,6 @@ class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def source(self) -> DeltaSource:
         if self._source is None:
-            from replay.delta_log import DeltaLog
-
             settings = self.settings
             self._source = DeltaSource(
                 DeltaLog.for_table(settings.path, settings.conf),
@@ -432,12 +431,11 @@ class DeltaLogDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
-        from replay.delta_log import DeltaLog
-
         settings = self.settings
         delta_log = DeltaLog.for_table(settings.path, settings.conf)
         snapshot = delta_log.update() if settings.read_change_feed else _snapshot(delta_log, settings)
-        return spark_schema(snapshot.metadata.schema_string, settings.read_change_feed)
+        schema_string = snapshot.metadata.schema_string or snapshot.schema.to_json()
+        return spark_schema(schema_string, settings.read_change_feed)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return DeltaLogBatchReader(self.settings, schema)
@@ -446,7 +444,7 @@ class DeltaLogDataSource(DataSource):
         return DeltaLogStreamReader(self.settings, schema)
 
 
-def register(spark: Any) -> type[DeltaLogDataSource]:
+def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     """Register the ``deltalog`` format on ``spark`` with its current storage settings.
 
     Call again after changing storage settings in the session conf. Returns the registered class.

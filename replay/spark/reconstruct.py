@@ -5,7 +5,7 @@ only lists the log segment; executors read the checkpoint and commit files throu
 LogStore built from the table's configuration, key every file action by its canonical path,
 ``repartition`` by that key into ``spark.databricks.delta.snapshotPartitions`` partitions
 (default 50; non-file actions all hash to one partition), sort each partition by version and
-line and run :class:`replay.log_replay.InMemoryLogReplay` over it. The result is the checkpoint
+line and run :class:`replay.log.log_replay.InMemoryLogReplay` over it. The result is the checkpoint
 actions of the snapshot, one row per action; as in Delta, absolute local file paths come out
 canonical (``/x`` and ``file:///x`` as ``file:/x``) because replay matches files by that form.
 """
@@ -13,30 +13,28 @@ canonical (``/x`` and ``file:///x`` as ``file:/x``) because replay matches files
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from replay.actions import action_from_dict, canonicalize_path, file_key
-from replay.checkpoints import (
-    CheckpointFormat,
-    parse_json_lines,
-    read_json_checkpoint,
-    read_last_checkpoint,
-    read_parquet_checkpoint,
-)
-from replay.errors import MissingProtocolOrMetadataError
-from replay.filenames import sidecar_file
-from replay.segment import LogSegment, build_log_segment
-from replay.snapshot import DEFAULT_DELETED_FILE_RETENTION, parse_interval_ms
+from logstores import create_log_store
+from replay.delta_log import DeltaLog
+from replay.log.checkpoint_instances import CheckpointFormat
+from replay.log.checkpoints import read_json_checkpoint, read_parquet_checkpoint
+from replay.log.commit_files import parse_json_lines
+from replay.log.log_replay import InMemoryLogReplay
+from replay.log.log_segment import LogSegment, load_log_segment
+from replay.protocol.actions import action_from_dict
+from replay.protocol.errors import MissingProtocolOrMetadataError
+from replay.protocol.filenames import sidecar_file
+from replay.protocol.paths import canonicalize_path, file_key
+from replay.protocol.table_properties import DELETED_FILE_RETENTION, SET_TRANSACTION_RETENTION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-    from replay.delta_log import DeltaLog
 
 SNAPSHOT_PARTITIONS_KEY = "spark.databricks.delta.snapshotPartitions"
 DEFAULT_SNAPSHOT_PARTITIONS = 50
@@ -51,8 +49,6 @@ _SKIPPED_KINDS = frozenset({"commitInfo", "cdc", "checkpointMetadata", "sidecar"
 
 def _log_lines(kind: str, path: str, conf: Mapping[str, str]) -> Iterator[bytes]:
     """The JSON lines of one commit file or one checkpoint file, read through the LogStore."""
-    from logstores import create_log_store
-
     store = create_log_store(dict(conf))
     if kind == "commit":
         yield from store.read_bytes(path).split(b"\n")
@@ -92,9 +88,7 @@ def _keyed_rows(task: tuple[int, str, str], conf: Mapping[str, str]) -> Iterator
         yield version, line, key, raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
-def _replay_partition(rows: Iterator[Any], file_cutoff: int, txn_cutoff: int | None) -> Iterator[tuple]:
-    from replay.log_replay import InMemoryLogReplay
-
+def _replay_partition(rows: Iterable[Any], file_cutoff: int, txn_cutoff: int | None) -> Iterator[tuple]:
     replay = InMemoryLogReplay(file_cutoff, txn_cutoff)
     replay.append(0, (action_from_dict(orjson.loads(row.action)) for row in rows))
     for action in replay.checkpoint():
@@ -121,7 +115,7 @@ def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | N
     file_cutoff, txn_cutoff = retention_cutoffs(
         _latest_configuration(delta_log, segment), int(time.time() * 1000)
     )
-    partitions = int(spark.conf.get(SNAPSHOT_PARTITIONS_KEY, str(DEFAULT_SNAPSHOT_PARTITIONS)))
+    partitions = int(spark.conf.get(SNAPSHOT_PARTITIONS_KEY, None) or DEFAULT_SNAPSHOT_PARTITIONS)
     if partitions <= 0:
         raise ValueError(f"{SNAPSHOT_PARTITIONS_KEY} must be positive, got {partitions}")
     context = spark.sparkContext
@@ -136,23 +130,14 @@ def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | N
 
 def retention_cutoffs(configuration: Mapping[str, str], now_ms: int) -> tuple[int, int | None]:
     """(min file retention timestamp, min set-transaction retention timestamp or ``None``)."""
-    files = now_ms - parse_interval_ms(
-        configuration.get("delta.deletedFileRetentionDuration", DEFAULT_DELETED_FILE_RETENTION)
-    )
-    txn = configuration.get("delta.setTransactionRetentionDuration")
-    return files, (now_ms - parse_interval_ms(txn) if txn else None)
+    files = now_ms - DELETED_FILE_RETENTION.value_in(configuration)
+    txn = SET_TRANSACTION_RETENTION.value_in(configuration)
+    return files, (now_ms - txn if txn is not None else None)
 
 
 def _segment(delta_log: DeltaLog, version: int | None) -> LogSegment:
     """The checkpoint and commits of ``version``, found by listing only (no replay on the driver)."""
-    last = read_last_checkpoint(delta_log.store, delta_log.log_path)
-    return build_log_segment(
-        delta_log.store,
-        delta_log.log_path,
-        str(delta_log.table_path),
-        version_to_load=version,
-        last_checkpoint=last,
-    )
+    return load_log_segment(delta_log.io, version)
 
 
 def _checkpoint_files(delta_log: DeltaLog, segment: LogSegment) -> list[str]:

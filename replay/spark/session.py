@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pyspark is imported when a session is made: this module imports without it
+    from pyspark.sql import SparkSession
 
 QUIET_LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -14,7 +17,9 @@ QUIET_LOCAL_CONF: dict[str, str] = {
 """Settings for a small local session: no UI, no progress bars, few shuffle partitions, UTC."""
 
 
-def local_session(app_name: str, conf: Mapping[str, str] | None = None, master: str = "local[2]") -> Any:
+def local_session(
+    app_name: str, conf: Mapping[str, str] | None = None, master: str = "local[2]"
+) -> SparkSession:
     """Get or create a local SparkSession with :data:`QUIET_LOCAL_CONF` plus ``conf``.
 
     Returns the active session if one exists (its settings are then left as they are). Spark's

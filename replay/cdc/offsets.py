@@ -17,9 +17,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from replay.actions import AddCDCFile, AddFile, RemoveFile
-from replay.cdc_actions import FileAction
-from replay.errors import DeltaError
+from replay.protocol.actions import AddCDCFile, AddFile, FileAction, RemoveFile
+from replay.protocol.errors import DeltaError
 
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 _INT_MAX = 2**31 - 1

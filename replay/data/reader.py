@@ -14,15 +14,11 @@ in a thread pool (Arrow decoding releases the GIL; object-store requests overlap
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,23 +30,17 @@ from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
 from logstores.filesystem import uri_scheme
-from replay.actions import AddCDCFile, AddFile, Metadata, Protocol, RemoveFile, resolve_path
-from replay.deletion_vectors import read_deletion_vector
-from replay.errors import DeltaError
-from replay.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType, arrow_type
-from replay.snapshot import check_protocol_readable
+from replay.data.columns import arrow_field, conform_column, match_field
+from replay.data.deletion_vectors import read_deletion_vector
+from replay.data.partition_values import partition_value_array
+from replay.log.concurrency import Work, default_threads, map_concurrently
+from replay.protocol.actions import FileAction, Metadata, Protocol
+from replay.protocol.errors import DeltaError
+from replay.protocol.paths import resolve_path
+from replay.protocol.schema import StructField, StructType, arrow_type
+from replay.protocol.table_config import check_readable
 
 logger = logging.getLogger(__name__)
-
-FileAction = AddFile | RemoveFile | AddCDCFile
-T = TypeVar("T")
-R = TypeVar("R")
-
-REMOTE_READ_CONCURRENCY = 8
-"""Files read at once from object stores (requests overlap)."""
-LOCAL_READ_CONCURRENCY = max(4, min(8, os.cpu_count() or 4))
-"""Files read at once from local disk (decoding releases the GIL; a little more than the cores
-keeps them busy while each file is opened)."""
 
 
 class DataFileNotFoundError(DeltaError, FileNotFoundError):
@@ -98,11 +88,11 @@ class TableReader:
     ) -> TableReader:
         """A reader for the table described by ``metadata``.
 
-        Raises :class:`replay.errors.UnsupportedTableFeatureError` if ``protocol`` needs a reader
+        Raises :class:`replay.protocol.errors.UnsupportedTableFeatureError` if ``protocol`` needs a reader
         version or feature this library cannot read.
         """
         if protocol is not None:
-            check_protocol_readable(protocol, table_path)
+            check_readable(protocol, table_path)
         return cls(
             table_path=table_path.rstrip("/"),
             schema=metadata.schema,
@@ -114,8 +104,7 @@ class TableReader:
     @property
     def concurrency(self) -> int:
         """How many files to read at once: more for object stores than for local disk."""
-        local = uri_scheme(self.table_path) in ("", "file")
-        return LOCAL_READ_CONCURRENCY if local else REMOTE_READ_CONCURRENCY
+        return default_threads(Work.DATA, uri_scheme(self.table_path) in ("", "file", "memory"))
 
     # -- schema -------------------------------------------------------------------------------
     def read_fields(self, columns: Sequence[str] | None = None) -> list[StructField]:
@@ -290,7 +279,7 @@ class TableReader:
         # Groups are scanned at once (Arrow's thread pool stays busy while one group finishes), on
         # threads of their own: this may run inside a map_concurrently task.
         members_of = list(groups.values())
-        scans = [scan(members_of[0])] if len(members_of) == 1 else list(_scan_pool().map(scan, members_of))
+        scans = map_concurrently(scan, members_of, Work.SCAN, self.concurrency)
         for scanned in scans:
             for position, table in scanned:
                 tables[position] = table
@@ -306,6 +295,7 @@ class TableReader:
                 ),
             ),
             one_by_one,
+            Work.DATA,
             max_workers or self.concurrency,
         )
         for position, table in zip(one_by_one, read, strict=True):
@@ -346,7 +336,10 @@ class TableReader:
         tables = dict(zip(whole, found, strict=True))
         rest = [i for i in range(len(files)) if i not in tables]
         read = map_concurrently(
-            lambda i: self.read_file(files[i], columns, ignore_missing=ignore_missing), rest, workers
+            lambda i: self.read_file(files[i], columns, ignore_missing=ignore_missing),
+            rest,
+            Work.DATA,
+            workers,
         )
         tables.update(zip(rest, read, strict=True))
         if not tables:
@@ -374,7 +367,7 @@ class _Layout:
         """The layout of data ``fields`` and ``extra_columns`` in a file of ``schema``."""
         wanted: dict[str, str] = {}
         for struct_field in fields:
-            index = _match_field(schema, struct_field, mode)
+            index = match_field(schema, struct_field, mode)
             if index is not None:
                 wanted[struct_field.name] = schema.field(index).name
         extra_present = [f.name for f in extra_columns if schema.get_field_index(f.name) >= 0]
@@ -407,7 +400,8 @@ def _scan_local(
     dataset = ds.FileSystemDataset(fragments, schema, parquet_format, _ARROW_LOCAL_FS)
     projected = pa.schema([schema.field(name) for name in names])
     order = [fragment.path for fragment in fragments]
-    done, batches = 0, []  # files before order[done] are yielded; batches of order[done] so far
+    done = 0  # files before order[done] are yielded
+    batches: list[pa.RecordBatch] = []  # batches of order[done] so far
     for tagged in dataset.scanner(columns=names, use_threads=True).scan_batches():
         while tagged.fragment.path != order[done]:  # the scan (in order) moved on: a file is complete
             yield order[done], pa.Table.from_batches(batches, schema=projected)
@@ -425,204 +419,6 @@ def _open_parquet(uri: str, conf: Mapping[str, str]) -> pq.ParquetFile:
     if isinstance(fs, LocalFileSystem):
         return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
     return pq.ParquetFile(pa.BufferReader(fs.cat_file(path)), coerce_int96_timestamp_unit="us")
-
-
-@functools.cache
-def _shared_pool(size: int) -> ThreadPoolExecutor:
-    """One process-wide pool per size (no thread start-up per call)."""
-    return ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"delta-data-{size}")
-
-
-@functools.cache
-def _scan_pool() -> ThreadPoolExecutor:
-    """Threads driving dataset scans (they wait on Arrow's own thread pool, which decodes)."""
-    return ThreadPoolExecutor(max_workers=LOCAL_READ_CONCURRENCY, thread_name_prefix="delta-scan")
-
-
-def map_concurrently(function: Callable[[T], R], items: Sequence[T], max_workers: int) -> list[R]:
-    """``[function(item) for item in items]`` on up to ``max_workers`` threads, order kept.
-
-    Runs on a shared pool: ``function`` must not itself call :func:`map_concurrently`.
-    """
-    if len(items) <= 1 or max_workers <= 1:
-        return [function(item) for item in items]
-    return list(_shared_pool(max_workers).map(function, items))
-
-
-# -- Arrow types -------------------------------------------------------------------------------
-def arrow_field(struct_field: StructField) -> pa.Field:
-    """The Arrow field of a schema field (logical name, no field-id metadata)."""
-    return pa.field(struct_field.name, arrow_type(struct_field.type), struct_field.nullable)
-
-
-# -- column mapping ----------------------------------------------------------------------------
-_FIELD_ID_METADATA = b"PARQUET:field_id"
-
-
-def _field_id(arrow_field: pa.Field) -> int | None:
-    metadata = arrow_field.metadata or {}
-    value = metadata.get(_FIELD_ID_METADATA)
-    return int(value) if value is not None else None
-
-
-def _match_field(container: pa.Schema | pa.StructType, struct_field: StructField, mode: str) -> int | None:
-    """Index of the Arrow field storing ``struct_field`` in a file, or ``None`` if it is absent."""
-    arrow_fields = list(container)
-    if mode == "id" and struct_field.field_id is not None:
-        for index, arrow_field in enumerate(arrow_fields):
-            if _field_id(arrow_field) == struct_field.field_id:
-                return index
-    name = struct_field.physical_name if mode != "none" else struct_field.name
-    for index, arrow_field in enumerate(arrow_fields):
-        if arrow_field.name == name:
-            return index
-    return None
-
-
-def conform_column(
-    column: pa.ChunkedArray | pa.Array, data_type: DataType, mode: str = "none"
-) -> pa.ChunkedArray | pa.Array:
-    """``column`` as read from a file, renamed to logical names and cast to ``data_type``'s Arrow type."""
-    target = arrow_type(data_type)
-    if column.type == target:
-        return column
-    if isinstance(column, pa.ChunkedArray):
-        chunks = [_conform_array(chunk, data_type, mode) for chunk in column.chunks]
-        return pa.chunked_array(chunks, type=target)
-    return _conform_array(column, data_type, mode)
-
-
-def _conform_array(array: pa.Array, data_type: DataType, mode: str) -> pa.Array:
-    target = arrow_type(data_type)
-    if array.type == target:
-        return array
-    mask = array.is_null() if array.null_count else None
-    if isinstance(data_type, StructType) and pa.types.is_struct(array.type):
-        children = []
-        for struct_field in data_type.fields:
-            index = _match_field(array.type, struct_field, mode)
-            if index is None:
-                children.append(pa.nulls(len(array), arrow_type(struct_field.type)))
-            else:
-                children.append(_conform_array(array.field(index), struct_field.type, mode))
-        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
-    if isinstance(data_type, ArrayType) and (
-        pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
-    ):
-        values = _conform_array(array.values, data_type.element_type, mode)
-        offsets = array.offsets.cast(pa.int32())
-        return pa.ListArray.from_arrays(offsets, values, type=target, mask=mask)
-    if isinstance(data_type, MapType) and pa.types.is_map(array.type):
-        keys = _conform_array(array.keys, data_type.key_type, mode)
-        items = _conform_array(array.items, data_type.value_type, mode)
-        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=mask)
-    if pa.types.is_timestamp(array.type) and pa.types.is_timestamp(target):
-        return array.cast(target, safe=False)  # nanoseconds are truncated to microseconds, like Spark
-    return array.cast(target)
-
-
-# -- partition values --------------------------------------------------------------------------
-def parse_partition_value(value: str | None, data_type: DataType) -> Any:
-    """The Python value of a serialised partition value (``None`` stays null).
-
-    Delta writes partition values as strings: numbers in decimal, booleans ``true``/``false``,
-    dates ``yyyy-MM-dd``, timestamps ``yyyy-MM-dd HH:mm:ss[.ffffff]`` (UTC) or ISO-8601 with a
-    zone, binary as the string's UTF-8 bytes. An empty string is null for every type but string.
-    Raises :class:`ValueError` naming the value and the type when it cannot be parsed.
-    """
-    if value is None:
-        return None
-    if not isinstance(data_type, PrimitiveType):
-        raise ValueError(f"partition columns must have a primitive type, not {data_type}")
-    name = data_type.name
-    if name == "string":
-        return value
-    if value == "":
-        return None
-    try:
-        if name in ("long", "integer", "short", "byte"):
-            return int(value)
-        if name in ("float", "double"):
-            return float(value)
-        if name == "boolean":
-            lowered = value.strip().lower()
-            if lowered not in ("true", "false"):
-                raise ValueError(value)
-            return lowered == "true"
-        if name == "date":
-            return _dt.date.fromisoformat(value.strip()[:10])
-        if name in ("timestamp", "timestamp_ntz"):
-            return _parse_timestamp(value, zoned=name == "timestamp")
-        if name == "binary":
-            return value.encode("utf-8")
-        if data_type.is_decimal:
-            return Decimal(value)
-    except ValueError:
-        raise ValueError(f"Cannot parse partition value {value!r} as {name}") from None
-    raise ValueError(f"unsupported partition column type {name}")
-
-
-def _parse_timestamp(value: str, zoned: bool) -> _dt.datetime:
-    parsed = _dt.datetime.fromisoformat(value.strip())
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(_dt.UTC)
-        return parsed if zoned else parsed.replace(tzinfo=None)
-    return parsed.replace(tzinfo=_dt.UTC) if zoned else parsed
-
-
-def partition_value_array(value: str | None, data_type: DataType, length: int) -> pa.Array:
-    """``length`` copies of a serialised partition value as an array of ``data_type``'s Arrow type."""
-    return constant_array(parse_partition_value(value, data_type), arrow_type(data_type), length)
-
-
-_UNSIGNED_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def constant_array(value: Any, data_type: pa.DataType, length: int) -> pa.Array:
-    """``length`` copies of the Python ``value`` as an array of ``data_type`` (nulls for ``None``).
-
-    Strings, binaries and fixed-width values of 1 to 8 bytes are filled in bulk in buffers of
-    Arrow's memory pool (which keeps freed memory for reuse, so a large result does not cost
-    fresh pages on every read); other types go through :func:`pyarrow.repeat`.
-    """
-    if value is None:
-        return pa.nulls(length, data_type)
-    if pa.types.is_string(data_type) or pa.types.is_binary(data_type):
-        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-        if len(data) * length < 2**31:
-            offsets, offset_values = _pool_array(np.int32, length + 1)
-            offset_values[0] = 0
-            offset_values[1:] = len(data)
-            np.cumsum(offset_values, out=offset_values)
-            values, bytes_view = _pool_array(np.uint8, length * len(data))
-            _fill_repeating(bytes_view, data)
-            return pa.Array.from_buffers(data_type, length, [None, offsets, values])
-    single = pa.array([value], type=data_type)
-    if pa.types.is_primitive(data_type) and not pa.types.is_boolean(data_type):
-        width = _UNSIGNED_OF_WIDTH.get(data_type.byte_width)
-        if width is not None:
-            values, view = _pool_array(width, length)
-            view[:] = np.frombuffer(single.buffers()[1], dtype=width, count=1)[0]
-            return pa.Array.from_buffers(data_type, length, [None, values])
-    return pa.repeat(single[0], length)
-
-
-def _fill_repeating(target: np.ndarray, pattern: bytes) -> None:
-    """Fill the byte array ``target`` with copies of ``pattern`` (its length a multiple of it)."""
-    if not target.size:
-        return
-    target[: len(pattern)] = np.frombuffer(pattern, dtype=np.uint8)
-    filled = len(pattern)
-    while filled < target.size:
-        step = min(filled, target.size - filled)
-        target[filled : filled + step] = target[:step]
-        filled += step
-
-
-def _pool_array(dtype: type[np.generic], length: int) -> tuple[pa.Buffer, np.ndarray]:
-    """A new buffer of ``length`` ``dtype`` items from Arrow's memory pool and a writable view of it."""
-    buffer = pa.allocate_buffer(length * np.dtype(dtype).itemsize)
-    return buffer, np.frombuffer(buffer, dtype=dtype)
 
 
 # -- entry points ------------------------------------------------------------------------------
@@ -644,15 +440,3 @@ def read_files(
     """
     reader = TableReader.for_metadata(table_path, metadata, protocol, conf)
     return reader.read_files(files, columns, max_workers=max_workers)
-
-
-def read_snapshot(snapshot: Any, columns: Sequence[str] | None = None) -> pa.Table:
-    """All rows of a :class:`replay.snapshot.Snapshot` (or ``columns`` of them)."""
-    return read_files(
-        snapshot.files(),
-        table_path=snapshot.table_path,
-        metadata=snapshot.metadata,
-        protocol=snapshot.protocol,
-        conf=snapshot.delta_log.conf,
-        columns=columns,
-    )

@@ -17,12 +17,20 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from replay.actions import AddCDCFile, AddFile, CommitInfo, DeletionVectorDescriptor, Metadata, RemoveFile
-from replay.errors import ChangeDataFeedNotEnabledError, DeltaError
+from replay.protocol.actions import (
+    Action,
+    AddCDCFile,
+    AddFile,
+    CommitInfo,
+    DeletionVectorDescriptor,
+    FileAction,
+    Metadata,
+    RemoveFile,
+)
+from replay.protocol.errors import ChangeDataFeedNotEnabledError, DeltaError
+from replay.protocol.table_properties import ENABLE_CHANGE_DATA_FEED
 
 logger = logging.getLogger(__name__)
-
-FileAction = AddFile | RemoveFile | AddCDCFile
 
 CDC_TYPE_COLUMN = "_change_type"
 CDC_COMMIT_VERSION = "_commit_version"
@@ -38,7 +46,7 @@ CDC_COLUMNS: tuple[pa.Field, ...] = (
 )
 """The columns a change data read appends to the table schema."""
 
-ENABLE_CDF_PROPERTY = "delta.enableChangeDataFeed"
+ENABLE_CDF_PROPERTY = ENABLE_CHANGE_DATA_FEED.key
 E = TypeVar("E", bound=DeltaError)
 
 
@@ -85,7 +93,7 @@ def end_before_start_error(start: int, end: int, table: str | None) -> InvalidCD
 # -- commit filtering -------------------------------------------------------------------------
 def is_cdf_enabled(metadata: Metadata) -> bool:
     """Whether ``delta.enableChangeDataFeed`` is ``true`` in ``metadata``."""
-    return str((metadata.configuration or {}).get(ENABLE_CDF_PROPERTY, "false")).strip().lower() == "true"
+    return ENABLE_CHANGE_DATA_FEED.value_in(metadata.configuration)
 
 
 def should_skip_file_actions(commit_info: CommitInfo | None) -> bool:
@@ -99,7 +107,7 @@ def should_skip_file_actions(commit_info: CommitInfo | None) -> bool:
     )
 
 
-def filter_cdc_actions(actions: Sequence[Any], version: int) -> list[FileAction]:
+def filter_cdc_actions(actions: Sequence[Action], version: int) -> list[FileAction]:
     """The file actions of commit ``version`` that carry its change data.
 
     Its ``cdc`` files if it has any; otherwise its ``add`` and ``remove`` actions with
@@ -126,7 +134,7 @@ class StreamOptions:
 
 
 def filter_append_actions(
-    actions: Sequence[Any], version: int, options: StreamOptions, table: str | None = None
+    actions: Sequence[Action], version: int, options: StreamOptions, table: str | None = None
 ) -> list[AddFile]:
     """The adds a plain stream emits for commit ``version`` (Delta's stream hygiene rules).
 

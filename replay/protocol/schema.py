@@ -167,7 +167,7 @@ class StructType:
     def to_arrow_type(self, physical: bool = False) -> pa.DataType:
         return pa.struct([f.to_arrow(physical) for f in self.fields])
 
-    def to_arrow(self, physical: bool = False) -> pa.Schema:  # type: ignore[override]
+    def to_arrow(self, physical: bool = False) -> pa.Schema:
         """The top-level schema as a pyarrow schema."""
         return pa.schema([f.to_arrow(physical) for f in self.fields])
 

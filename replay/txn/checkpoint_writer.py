@@ -17,15 +17,17 @@ from __future__ import annotations
 import io
 import logging
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from replay.actions import (
+from replay.log.last_checkpoint import LastCheckpointInfo
+from replay.log.table_io import TableIO
+from replay.progress import track
+from replay.protocol.actions import (
     Action,
     AddFile,
     DomainMetadata,
@@ -34,14 +36,15 @@ from replay.actions import (
     RemoveFile,
     SetTransaction,
 )
-from replay.checkpoints import LastCheckpointInfo
-from replay.errors import DeltaError, UnsupportedTableFeatureError
-from replay.filenames import checkpoint_file_single, checkpoint_files_multipart, last_checkpoint_file
-from replay.progress import track
-
-if TYPE_CHECKING:
-    from replay.delta_log import DeltaLog
-    from replay.snapshot import Snapshot
+from replay.protocol.arrow_actions import (
+    CHECKPOINT_ADD_TYPE,
+    CHECKPOINT_REMOVE_TYPE,
+    CHECKPOINT_SCHEMA,
+    snake_column,
+)
+from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
+from replay.protocol.filenames import checkpoint_file_single, checkpoint_files_multipart, last_checkpoint_file
+from replay.state.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -50,84 +53,6 @@ PART_SIZE_KEY = "spark.databricks.delta.checkpoint.partSize"
 
 ROW_GROUP_ROWS = 128 * 1024
 """Rows per Parquet row group of a checkpoint part (lets readers decode row groups in parallel)."""
-
-_STRING_MAP = pa.map_(pa.string(), pa.string())
-_STRING_LIST = pa.list_(pa.string())
-_DELETION_VECTOR = pa.struct(
-    [
-        ("storageType", pa.string()),
-        ("pathOrInlineDv", pa.string()),
-        ("offset", pa.int32()),
-        ("sizeInBytes", pa.int32()),
-        ("cardinality", pa.int64()),
-    ]
-)
-ADD_TYPE = pa.struct(
-    [
-        ("path", pa.string()),
-        ("partitionValues", _STRING_MAP),
-        ("size", pa.int64()),
-        ("modificationTime", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("tags", _STRING_MAP),
-        ("deletionVector", _DELETION_VECTOR),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-        ("clusteringProvider", pa.string()),
-        ("stats", pa.string()),
-    ]
-)
-REMOVE_TYPE = pa.struct(
-    [
-        ("path", pa.string()),
-        ("deletionTimestamp", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("extendedFileMetadata", pa.bool_()),
-        ("partitionValues", _STRING_MAP),
-        ("size", pa.int64()),
-        ("deletionVector", _DELETION_VECTOR),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-    ]
-)
-CHECKPOINT_SCHEMA = pa.schema(
-    [
-        ("txn", pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])),
-        ("add", ADD_TYPE),
-        ("remove", REMOVE_TYPE),
-        (
-            "metaData",
-            pa.struct(
-                [
-                    ("id", pa.string()),
-                    ("name", pa.string()),
-                    ("description", pa.string()),
-                    ("format", pa.struct([("provider", pa.string()), ("options", _STRING_MAP)])),
-                    ("schemaString", pa.string()),
-                    ("partitionColumns", _STRING_LIST),
-                    ("configuration", _STRING_MAP),
-                    ("createdTime", pa.int64()),
-                ]
-            ),
-        ),
-        (
-            "protocol",
-            pa.struct(
-                [
-                    ("minReaderVersion", pa.int32()),
-                    ("minWriterVersion", pa.int32()),
-                    ("readerFeatures", _STRING_LIST),
-                    ("writerFeatures", _STRING_LIST),
-                ]
-            ),
-        ),
-        (
-            "domainMetadata",
-            pa.struct([("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]),
-        ),
-    ]
-)
-"""The classic checkpoint's Parquet schema (Delta's ``SingleAction`` minus the dropped columns)."""
 
 _COLUMN_OF: dict[type, str] = {
     SetTransaction: "txn",
@@ -206,28 +131,6 @@ def checkpoint_table(actions: Sequence[Action]) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-def _column(batch: pa.RecordBatch, name: str, arrow_type: pa.DataType) -> pa.Array:
-    index = batch.schema.get_field_index(name)
-    if index < 0:
-        return pa.nulls(batch.num_rows, arrow_type)
-    array = batch.column(index)
-    if pa.types.is_struct(arrow_type):
-        return _renamed_struct(array, arrow_type)
-    return array if array.type == arrow_type else array.cast(arrow_type)
-
-
-def _renamed_struct(array: pa.Array, target: pa.StructType) -> pa.Array:
-    """A struct array with the children of ``array`` (same order) under ``target``'s field names."""
-    if len(array) == 0 or array.null_count == len(array):
-        return pa.nulls(len(array), target)
-    children = [array.field(i).cast(target.field(i).type) for i in range(target.num_fields)]
-    return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
-
-
 def add_struct(files: pa.RecordBatch) -> pa.StructArray:
     """The ``add`` column for active files given like :meth:`Snapshot.files_table` (snake_case).
 
@@ -235,12 +138,12 @@ def add_struct(files: pa.RecordBatch) -> pa.StructArray:
     checkpoint.
     """
     children = []
-    for field in ADD_TYPE:
+    for field in CHECKPOINT_ADD_TYPE:
         if field.name == "dataChange":
             children.append(pa.repeat(pa.scalar(False), files.num_rows))
         else:
-            children.append(_column(files, _snake(field.name), field.type))
-    return pa.StructArray.from_arrays(children, fields=list(ADD_TYPE))
+            children.append(snake_column(files, field.name, field.type))
+    return pa.StructArray.from_arrays(children, fields=list(CHECKPOINT_ADD_TYPE))
 
 
 def _rows_batch(column: str, values: pa.Array) -> pa.RecordBatch:
@@ -254,7 +157,7 @@ def file_rows_table(files: pa.Table, tombstones: Sequence[RemoveFile]) -> pa.Tab
     Rows keep the snapshot's order (Delta gives checkpoint rows no particular order).
     """
     batches = [_rows_batch("add", add_struct(batch)) for batch in files.to_batches() if batch.num_rows]
-    removes = pa.array(_column_rows(tombstones, "remove"), type=REMOVE_TYPE)
+    removes = pa.array(_column_rows(tombstones, "remove"), type=CHECKPOINT_REMOVE_TYPE)
     if len(removes):
         batches.append(_rows_batch("remove", removes))
     return pa.Table.from_batches(batches, schema=CHECKPOINT_SCHEMA)
@@ -283,16 +186,14 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 # -- I/O --------------------------------------------------------------------------------------
-def _part_size(delta_log: DeltaLog, parts_threshold: int | None) -> int | None:
+def _part_size(io: TableIO, parts_threshold: int | None) -> int | None:
     if parts_threshold is not None:
         return parts_threshold
-    configured = delta_log.conf.get(PART_SIZE_KEY) or delta_log.conf.get(PART_SIZE_KEY.removeprefix("spark."))
+    configured = io.conf.get(PART_SIZE_KEY) or io.conf.get(PART_SIZE_KEY.removeprefix("spark."))
     return int(configured) if configured else None
 
 
-def write_checkpoint(
-    delta_log: DeltaLog, snapshot: Snapshot, parts_threshold: int | None = None
-) -> CheckpointResult:
+def write_checkpoint(io: TableIO, snapshot: Snapshot, parts_threshold: int | None = None) -> CheckpointResult:
     """Write a classic checkpoint of ``snapshot`` and then ``_last_checkpoint``.
 
     ``parts_threshold`` is the most file actions (adds + tombstones) per part; above it the
@@ -305,7 +206,7 @@ def write_checkpoint(
     when the rows disagree with the snapshot (``DELTA_CHECKPOINT_SNAPSHOT_MISMATCH``) and
     :class:`UnsupportedTableFeatureError` for tables that require V2 checkpoints.
     """
-    table = str(delta_log.table_path)
+    table = io.table_path
     if snapshot.version < 0:
         raise DeltaError(
             f"[DELTA_CHECKPOINT_NON_EXIST_TABLE] Cannot checkpoint a non-existing table {table}. "
@@ -333,15 +234,15 @@ def write_checkpoint(
             f"of {table}.",
             table=table,
         )
-    parts = split_parts(checkpoint_table(header), file_rows, _part_size(delta_log, parts_threshold))
+    parts = split_parts(checkpoint_table(header), file_rows, _part_size(io, parts_threshold))
     if len(parts) == 1:
-        paths = [checkpoint_file_single(delta_log.log_path, snapshot.version)]
+        paths = [checkpoint_file_single(io.log_path, snapshot.version)]
     else:
-        paths = checkpoint_files_multipart(delta_log.log_path, snapshot.version, len(parts))
+        paths = checkpoint_files_multipart(io.log_path, snapshot.version, len(parts))
     size_in_bytes = 0
     for path, part in track("Writing checkpoint parts", zip(paths, parts, strict=True), len(parts)):
         data = parquet_bytes(part)
-        delta_log.store.write_bytes(path, data, overwrite=True)
+        io.store.write_bytes(path, data, overwrite=True)
         size_in_bytes += len(data)
     result = CheckpointResult(
         version=snapshot.version,
@@ -350,7 +251,7 @@ def write_checkpoint(
         num_of_add_files=num_adds,
         size_in_bytes=size_in_bytes,
     )
-    last = last_checkpoint_file(delta_log.log_path)
-    delta_log.store.write(last, [result.last_checkpoint().to_json()], overwrite=True)
+    last = last_checkpoint_file(io.log_path)
+    io.store.write(last, [result.last_checkpoint().to_json()], overwrite=True)
     logger.info("wrote checkpoint %d of %s in %d part(s)", snapshot.version, table, len(paths))
     return result

@@ -4,23 +4,20 @@
 (``insert``, ``delete``, ``update_preimage``, ``update_postimage``), ``_commit_version`` and
 ``_commit_timestamp``. The version range is resolved from versions or timestamps with Delta's
 errors (:func:`resolve_change_range`); :func:`plan_changes` walks the commits once, checking the
-feed is enabled throughout, and lists the file reads (:mod:`replay.cdc_actions` decides which);
+feed is enabled throughout, and lists the file reads (:mod:`replay.cdc.change_actions` decides which);
 :func:`read_changes` reads them concurrently into one Arrow table with the latest schema.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from replay.actions import CommitInfo, Metadata, Protocol
-from replay.cdc_actions import (
+from replay.cdc.change_actions import (
     CDC_COLUMNS,
     ChangeRead,
     InvalidCDCRangeError,
@@ -31,13 +28,18 @@ from replay.cdc_actions import (
     plan_commit_reads,
     table_error,
 )
-from replay.data import RowFilter, TableReader, constant_array, map_concurrently
-from replay.deletion_vectors import read_deletion_vector
-from replay.delta_log import to_timestamp_ms
-from replay.errors import DataLossError, VersionNotFoundError
-from replay.filenames import delta_file
+from replay.data.deletion_vectors import read_deletion_vector
+from replay.data.partition_values import constant_array
+from replay.data.reader import RowFilter, TableReader
+from replay.log.concurrency import Work, map_concurrently
+from replay.protocol.actions import Action, CommitInfo, Metadata, Protocol
+from replay.protocol.errors import DataLossError, VersionNotFoundError
+from replay.protocol.filenames import delta_file
+from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.state.table_log import TableLog
 
-TimestampLike = int | float | str | _dt.datetime | _dt.date
+TimestampLike = Timestamp
+"""Kept for callers of earlier releases: the same as :data:`replay.protocol.timestamps.Timestamp`."""
 
 
 # -- reading change rows ----------------------------------------------------------------------
@@ -116,7 +118,10 @@ def read_changes(
     tables.update(zip(whole, found, strict=True))
     rest = [i for i in range(len(reads)) if i not in tables]
     found = map_concurrently(
-        lambda i: read_change(reader, reads[i], columns, ignore_missing=ignore_missing), rest, workers
+        lambda i: read_change(reader, reads[i], columns, ignore_missing=ignore_missing),
+        rest,
+        Work.DATA,
+        workers,
     )
     tables.update(zip(rest, found, strict=True))
     if not tables:
@@ -125,18 +130,18 @@ def read_changes(
     return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in ordered])
 
 
-def _deletion_vector(read: ChangeRead) -> Any:
+def _deletion_vector(read: ChangeRead) -> object:
     return getattr(read.file, "deletion_vector", None)
 
 
 # -- version ranges ---------------------------------------------------------------------------
 def starting_version_for_timestamp(
-    delta_log: Any, timestamp_ms: int, *, allow_out_of_range: bool = False
+    delta_log: TableLog, timestamp_ms: int, *, allow_out_of_range: bool = False
 ) -> int:
     """The first version committed at or after ``timestamp_ms`` (streaming start semantics).
 
     A timestamp before the earliest commit gives the earliest version. One after the latest
-    commit raises :class:`replay.errors.TimestampOutOfRangeError` unless ``allow_out_of_range``
+    commit raises :class:`replay.protocol.errors.TimestampOutOfRangeError` unless ``allow_out_of_range``
     (then it gives latest + 1).
     """
     version = delta_log.version_at_timestamp(
@@ -152,7 +157,7 @@ def starting_version_for_timestamp(
 
 
 def resolve_change_range(
-    delta_log: Any,
+    delta_log: TableLog,
     starting_version: int | None = None,
     ending_version: int | None = None,
     starting_timestamp: TimestampLike | None = None,
@@ -165,7 +170,7 @@ def resolve_change_range(
     Versions win over timestamps. Raises :class:`InvalidCDCRangeError` (no start; end before
     start) and :class:`VersionNotFoundError` (start after the latest version) with Delta's texts.
     """
-    table = getattr(delta_log, "table_path", None)
+    table = delta_log.table_path
     latest = delta_log.latest_version()
     start_ts = end_ts = None
     if starting_version is not None:
@@ -208,7 +213,7 @@ def resolve_change_range(
 
 
 def table_changes(
-    delta_log: Any,
+    delta_log: TableLog,
     starting_version: int | None = None,
     ending_version: int | None = None,
     starting_timestamp: TimestampLike | None = None,
@@ -241,21 +246,21 @@ def table_changes(
     if resolved is None:
         latest = delta_log.update()
         reader = TableReader.for_metadata(
-            delta_log.table_path, latest.metadata, latest.protocol, delta_log.conf
+            delta_log.table_path, latest.metadata, latest.protocol, delta_log.io.conf
         )
         return change_schema(reader, columns).empty_table()
     plan = plan_changes(delta_log, *resolved, fail_on_data_loss=fail_on_data_loss)
-    return read_changes(plan.reader(delta_log.conf), plan.reads, columns, max_workers=max_workers)
+    return read_changes(plan.reader(delta_log.io.conf), plan.reads, columns, max_workers=max_workers)
 
 
 class CommitTimestamps:
     """Commit timestamps (ms) of one table, every recreatable commit listed once on first use."""
 
-    def __init__(self, delta_log: Any) -> None:
+    def __init__(self, delta_log: TableLog) -> None:
         self.delta_log = delta_log
         self._listed: dict[int, int] | None = None
 
-    def of(self, version: int, actions: Sequence[Any] = ()) -> int:
+    def of(self, version: int, actions: Sequence[Action] = ()) -> int:
         """The timestamp of commit ``version`` (whose ``actions`` may hold an in-commit timestamp).
 
         A commit older than the earliest recreatable version is timed by its in-commit timestamp
@@ -270,8 +275,9 @@ class CommitTimestamps:
         for action in actions:
             if isinstance(action, CommitInfo) and action.in_commit_timestamp is not None:
                 return action.in_commit_timestamp
-        path = delta_file(self.delta_log.log_path, version)
-        for status in self.delta_log.store.list_from(path):
+        io = self.delta_log.io
+        path = delta_file(io.log_path, version)
+        for status in io.store.list_from(path):
             if status.path.rstrip("/").rsplit("/", 1)[-1] == path.rsplit("/", 1)[-1]:
                 return status.modification_time
             break
@@ -292,13 +298,13 @@ class ChangePlan:
     table_path: str
     reads: list[ChangeRead]
     metadata: Metadata
-    protocol: Any
+    protocol: Protocol
 
     def reader(self, conf: Mapping[str, str] | None = None) -> TableReader:
         return TableReader.for_metadata(self.table_path, self.metadata, self.protocol, conf)
 
 
-def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: bool = False) -> ChangePlan:
+def plan_changes(delta_log: TableLog, start: int, end: int, *, fail_on_data_loss: bool = False) -> ChangePlan:
     """Plan the reads of versions ``[start, end]``, checking CDF is on throughout the range.
 
     The table description at ``start`` comes from the start commit when it carries both
@@ -307,7 +313,7 @@ def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: boo
     not the latest version.
     """
     table = delta_log.table_path
-    changes = iter(delta_log.get_changes(start, end, fail_on_data_loss=False))
+    changes = iter(delta_log.get_changes(start, end, fail_on_data_loss=fail_on_data_loss))
     first = next(changes, None)
     metadata, protocol = (
         _description_in(first[1]) if first is not None and first[0] == start else (None, None)
@@ -319,17 +325,11 @@ def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: boo
         raise missing_change_data_error(start, start, end, table)
     timestamps = CommitTimestamps(delta_log)
     reads: list[ChangeRead] = []
-    expected = last_read = start
+    last_read = start
     for version, actions in itertools.chain([first] if first is not None else [], changes):
         if version > end:
             break
-        if version != expected and fail_on_data_loss:
-            raise DataLossError(
-                f"Change data of table {table} for versions [{start} , {end}] is incomplete: commit "
-                f"{expected} is missing (the log continues at {version})",
-                table=table,
-            )
-        expected = last_read = version + 1
+        last_read = version + 1
         commit_metadata, commit_protocol = _description_in(actions)
         if commit_metadata is not None:
             if not is_cdf_enabled(commit_metadata):
@@ -345,7 +345,7 @@ def plan_changes(delta_log: Any, start: int, end: int, *, fail_on_data_loss: boo
     return ChangePlan(table, reads, metadata, protocol)
 
 
-def _description_in(actions: Sequence[Any]) -> tuple[Metadata | None, Protocol | None]:
+def _description_in(actions: Sequence[Action]) -> tuple[Metadata | None, Protocol | None]:
     """The last metadata and protocol actions of one commit (``None`` where it has none)."""
     metadata = protocol = None
     for action in actions:

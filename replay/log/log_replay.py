@@ -12,29 +12,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.actions import (
+from replay.protocol.actions import (
+    KNOWN_KINDS,
     Action,
-    AddCDCFile,
     AddFile,
-    CheckpointMetadata,
-    CommitInfo,
     DomainMetadata,
     Metadata,
     Protocol,
     RemoveFile,
     SetTransaction,
-    Sidecar,
-    dv_unique_id,
-    file_key,
 )
-
-FileKey = tuple[str, str | None]
+from replay.protocol.arrow_actions import (
+    adds_to_arrow,
+    arrow_file_keys,
+    arrow_rows,
+    dict_file_key,
+    select_rows,
+)
+from replay.protocol.paths import FileKey
 
 
 class InMemoryLogReplay:
@@ -75,29 +75,37 @@ class InMemoryLogReplay:
         self.current_version = version
         for action in actions:
             if isinstance(action, AddFile):
-                key = action.unique_key
-                self.active_files[key] = replace(action, data_change=False)
-                self.cancelled_remove_files.pop(key, None)
-                self.active_remove_files.pop(key, None)
+                self._add(action)
             elif isinstance(action, RemoveFile):
-                key = action.unique_key
-                if self.active_files.pop(key, None) is not None:
-                    self.cancelled_remove_files[key] = action
-                else:
-                    self.active_remove_files[key] = action
+                self._remove(action)
             elif isinstance(action, SetTransaction):
                 self.transactions[action.app_id] = action
             elif isinstance(action, DomainMetadata):
-                if action.removed:
-                    self.domain_metadatas.pop(action.domain, None)
-                else:
-                    self.domain_metadatas[action.domain] = action
+                self._domain(action)
             elif isinstance(action, Metadata):
                 self.current_metadata = action
             elif isinstance(action, Protocol):
                 self.current_protocol_version = action
-            elif action is None or isinstance(action, (CommitInfo, AddCDCFile, CheckpointMetadata, Sidecar)):
-                continue
+            # commitInfo, cdc, checkpointMetadata and sidecar actions do not change the state
+
+    def _add(self, action: AddFile) -> None:
+        key = action.unique_key
+        self.active_files[key] = replace(action, data_change=False)
+        self.cancelled_remove_files.pop(key, None)
+        self.active_remove_files.pop(key, None)
+
+    def _remove(self, action: RemoveFile) -> None:
+        key = action.unique_key
+        if self.active_files.pop(key, None) is not None:
+            self.cancelled_remove_files[key] = action
+        else:
+            self.active_remove_files[key] = action
+
+    def _domain(self, action: DomainMetadata) -> None:
+        if action.removed:
+            self.domain_metadatas.pop(action.domain, None)
+        else:
+            self.domain_metadatas[action.domain] = action
 
     def get_protocol(self) -> Protocol | None:
         return self.current_protocol_version
@@ -146,203 +154,6 @@ class InMemoryLogReplay:
 
 
 # -- fast reverse replay -------------------------------------------------------------------------
-
-
-def _dict_key(action: Mapping[str, Any]) -> str:
-    """The canonical file key string of a raw ``add``/``remove`` dict (see :func:`key_string`)."""
-    dv = action.get("deletionVector")
-    dv_id = None if dv is None else dv_unique_id(dv["storageType"], dv["pathOrInlineDv"], dv.get("offset"))
-    return key_string(file_key(action["path"], dv_id))
-
-
-_KEY_SEPARATOR = "\x00"
-KNOWN_KINDS = frozenset(
-    (
-        "add",
-        "remove",
-        "metaData",
-        "protocol",
-        "txn",
-        "domainMetadata",
-        "commitInfo",
-        "cdc",
-        "checkpointMetadata",
-        "sidecar",
-    )
-)
-"""The action kinds of the Delta log that replay knows (others are skipped)."""
-
-
-def key_string(key: FileKey) -> str:
-    """A file key as one string: the path, or ``path\\0dv-id`` when there is a deletion vector."""
-    return key[0] if key[1] is None else f"{key[0]}{_KEY_SEPARATOR}{key[1]}"
-
-
-def may_need_canonical_form(paths: pa.Array | pa.ChunkedArray, needles: Sequence[bytes]) -> bool:
-    """Whether any string of ``paths`` may start with ``/`` or contain one of ``needles``.
-
-    ``False`` proves none does; a ``True`` may be a false alarm (the whole data buffers are
-    scanned, which is several times faster than matching string by string).
-    """
-    if not (pa.types.is_string(paths.type) or pa.types.is_large_string(paths.type)):
-        return True  # other layouts (views, dictionaries) keep characters elsewhere
-    chunks = paths.chunks if isinstance(paths, pa.ChunkedArray) else [paths]
-    for chunk in chunks:
-        data = chunk.buffers()[2] if len(chunk) else None
-        if data is None:
-            continue
-        content = data.to_pybytes()
-        if any(needle in content for needle in needles) or pc.any(pc.starts_with(chunk, "/")).as_py():
-            return True
-    return False
-
-
-def _special_paths(paths: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    return pc.or_(
-        pc.match_substring(paths, "%"),
-        pc.or_(pc.starts_with(paths, "/"), pc.starts_with(paths, "file:")),
-    )
-
-
-def arrow_file_keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """Canonical file keys (as strings: ``path`` or ``path\\0dv-id``) of a table of add/remove rows.
-
-    ``table`` has Delta's camelCase columns ``path`` and optionally ``deletionVector``.
-    """
-    paths = table.column("path")
-    if paths.type != pa.string():  # large strings, views, dictionaries: one layout for the kernels
-        paths = paths.cast(pa.string())
-    if may_need_canonical_form(paths, (b"%", b"file:")) and pc.any(special := _special_paths(paths)).as_py():
-        fixed = [
-            file_key(path, None)[0] if flag else path
-            for path, flag in zip(paths.to_pylist(), special.to_pylist(), strict=True)
-        ]
-        paths = pa.array(fixed, pa.string())
-    if "deletionVector" not in table.column_names:
-        return paths
-    dv = table.column("deletionVector")
-    if dv.null_count == len(dv):
-        return paths
-    storage = pc.struct_field(dv, "storageType")
-    inline = pc.struct_field(dv, "pathOrInlineDv")
-    offset = pc.struct_field(dv, "offset") if dv.type.get_field_index("offset") >= 0 else None
-    dv_id = pc.binary_join_element_wise(storage, inline, "")
-    if offset is not None:
-        with_offset = pc.binary_join_element_wise(dv_id, pc.cast(offset, pa.string()), "@")
-        dv_id = pc.if_else(pc.is_null(offset), dv_id, with_offset)
-    dv_id = pc.if_else(pc.is_null(dv), pa.scalar(None, pa.string()), dv_id)
-    joined = pc.binary_join_element_wise(paths, dv_id, _KEY_SEPARATOR)
-    return pc.if_else(pc.is_null(dv_id), paths, joined)
-
-
-ADD_ARROW_TYPE = pa.struct(
-    [
-        pa.field("path", pa.string()),
-        pa.field("partitionValues", pa.map_(pa.string(), pa.string())),
-        pa.field("size", pa.int64()),
-        pa.field("modificationTime", pa.int64()),
-        pa.field("dataChange", pa.bool_()),
-        pa.field("stats", pa.string()),
-        pa.field("tags", pa.map_(pa.string(), pa.string())),
-        pa.field(
-            "deletionVector",
-            pa.struct(
-                [
-                    pa.field("storageType", pa.string()),
-                    pa.field("pathOrInlineDv", pa.string()),
-                    pa.field("offset", pa.int32()),
-                    pa.field("sizeInBytes", pa.int32()),
-                    pa.field("cardinality", pa.int64()),
-                    pa.field("maxRowIndex", pa.int64()),
-                ]
-            ),
-        ),
-        pa.field("baseRowId", pa.int64()),
-        pa.field("defaultRowCommitVersion", pa.int64()),
-        pa.field("clusteringProvider", pa.string()),
-    ]
-)
-"""The ``add`` fields kept in Arrow (Delta's camelCase names, the checkpoint's ``add`` struct)."""
-
-REMOVE_ARROW_TYPE = pa.struct(
-    [
-        pa.field("path", pa.string()),
-        pa.field("deletionTimestamp", pa.int64()),
-        pa.field("dataChange", pa.bool_()),
-        pa.field("extendedFileMetadata", pa.bool_()),
-        *(
-            ADD_ARROW_TYPE.field(name)
-            for name in ("partitionValues", "size", "stats", "tags", "deletionVector")
-        ),
-        *(ADD_ARROW_TYPE.field(name) for name in ("baseRowId", "defaultRowCommitVersion")),
-    ]
-)
-"""The ``remove`` fields kept in Arrow (camelCase, the checkpoint's ``remove`` struct)."""
-
-
-_SCALAR_ADD_TYPE = pa.struct(
-    [
-        field
-        for field in ADD_ARROW_TYPE
-        if not pa.types.is_nested(field.type) or field.name == "deletionVector"
-    ]
-)
-_NO_DV_ADD_TYPE = pa.struct([field for field in _SCALAR_ADD_TYPE if field.name != "deletionVector"])
-_STRING_MAP_TYPE = pa.map_(pa.string(), pa.string())
-
-
-def string_map_array(values: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
-    """A ``map<string, string>`` array from dicts (or ``None``), built from flat key/value lists.
-
-    Several times faster than ``pa.array(values, map_type)`` for the small dicts of the log.
-    """
-    keys: list[str] = []
-    items: list[str | None] = []
-    offsets = [0]
-    has_null = False
-    for value in values:
-        if value:
-            keys.extend(value)
-            items.extend(value.values())
-        elif value is None:
-            has_null = True
-        offsets.append(len(keys))
-    mask = pa.array([value is None for value in values], pa.bool_()) if has_null else None
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.array(keys, pa.string()),
-        pa.array(items, pa.string()),
-        type=_STRING_MAP_TYPE,
-        mask=mask,
-    )
-
-
-def adds_to_arrow(adds: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Raw ``add`` dicts as an Arrow table with :data:`ADD_ARROW_TYPE` columns.
-
-    Converting one commit at a time, right after parsing, is much cheaper than converting
-    millions of cold dicts later; map columns are built from flat lists (the slow part of a
-    generic conversion). Raises :class:`ValueError` if a field has the wrong JSON type.
-    """
-    try:
-        has_dv = any(map(dict.get, adds, repeat("deletionVector")))
-        scalars = pa.array(adds, type=_SCALAR_ADD_TYPE if has_dv else _NO_DV_ADD_TYPE)
-        columns = {field.name: scalars.field(field.name) for field in scalars.type}
-        columns["partitionValues"] = string_map_array(list(map(dict.get, adds, repeat("partitionValues"))))
-        tags = list(map(dict.get, adds, repeat("tags")))
-        columns["tags"] = (
-            pa.nulls(len(adds), _STRING_MAP_TYPE) if tags.count(None) == len(tags) else string_map_array(tags)
-        )
-        if not has_dv:
-            columns["deletionVector"] = pa.nulls(len(adds), ADD_ARROW_TYPE.field("deletionVector").type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, AttributeError) as exc:
-        raise ValueError(f"malformed add action: {exc}") from None
-    return pa.Table.from_arrays(
-        [columns[field.name] for field in ADD_ARROW_TYPE], schema=pa.schema(ADD_ARROW_TYPE)
-    )
-
-
-MAX_SLICES = 256
 FLUSH_ROWS = 16 * 1024
 
 
@@ -352,83 +163,6 @@ class MalformedActionError(ValueError):
     def __init__(self, message: str, source: str | None = None) -> None:
         super().__init__(message)
         self.source = source
-
-
-def select_rows(table: pa.Table, keep: pa.Array | pa.ChunkedArray) -> pa.Table:
-    """``table.filter(keep)``, zero-copy when only a few rows are dropped.
-
-    Filtering copies every column (maps and structs included), which costs about a second per
-    million checkpoint rows; dropping the handful of non-file rows by slicing costs nothing.
-    """
-    dropped = pc.indices_nonzero(pc.invert(keep)).to_pylist() if pc.any(pc.invert(keep)).as_py() else []
-    if not dropped:
-        return table
-    if len(dropped) >= MAX_SLICES:
-        return table.filter(keep)
-    slices = []
-    start = 0
-    for index in dropped:
-        if index > start:
-            slices.append(table.slice(start, index - start))
-        start = index + 1
-    if start < table.num_rows:
-        slices.append(table.slice(start))
-    return pa.concat_tables(slices) if slices else table.slice(0, 0)
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    return value
-
-
-def arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """Rows of a camelCase add/remove table as JSON-like dicts (``None`` fields omitted)."""
-    rows = table.to_pylist(maps_as_pydicts="lossy")
-    return [
-        {k: (_without_nulls(v) if k == "deletionVector" else v) for k, v in row.items() if v is not None}
-        for row in rows
-    ]
-
-
-def struct_to_map(struct: pa.StructArray) -> pa.MapArray | None:
-    """A JSON object column that pyarrow inferred as a struct, as ``map<string, string>``.
-
-    Exact only when every present object had every inferred key with a string value (a missing
-    key and a ``null`` value are indistinguishable in the struct); otherwise ``None``.
-    Entries follow the struct's field order.
-    """
-    count = len(struct)
-    names = [field.name for field in struct.type]
-    present = count - struct.null_count
-    mask = struct.is_null() if struct.null_count else None
-    if not names:
-        offsets = pa.repeat(pa.scalar(0, pa.int32()), count + 1)
-        return pa.MapArray.from_arrays(
-            offsets, _EMPTY_STRINGS, _EMPTY_STRINGS, type=_STRING_MAP_TYPE, mask=mask
-        )
-    children = struct.flatten()
-    if any(not pa.types.is_string(child.type) or child.null_count != struct.null_count for child in children):
-        return None
-    width = len(names)
-    if mask is None:
-        offsets = pa.array(range(0, (count + 1) * width, width), pa.int32())
-        values = children
-    else:
-        sizes = pc.if_else(mask, 0, width).cast(pa.int32())
-        offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(sizes)])
-        values = [child.drop_null() for child in children]
-    if width == 1:
-        keys = pa.repeat(pa.scalar(names[0]), present)
-        items = values[0]
-    else:
-        keys = pa.array(names * present, pa.string())
-        order = [column * present + row for row in range(present) for column in range(width)]
-        items = pa.concat_arrays(values).take(pa.array(order, pa.int64()))
-    return pa.MapArray.from_arrays(offsets, keys, items, type=_STRING_MAP_TYPE, mask=mask)
-
-
-_EMPTY_STRINGS = pa.array([], pa.string())
 
 
 def _flat_chunks(arrays: Iterable[pa.Array | pa.ChunkedArray]) -> list[pa.Array]:
@@ -573,7 +307,7 @@ class ReverseLogReplay:
                 continue
             if kind == "remove":
                 self._removes.append(value)
-                self._remove_keys.append(_dict_key(value))
+                self._remove_keys.append(dict_file_key(value))
                 self._remove_sequence.append(sequence)
             elif kind == "metaData":
                 if self.metadata is None:

@@ -1,21 +1,35 @@
 """The change data feed (CDF): Delta's ``CDCReader`` and ``DeltaSourceCDCSupport`` in Python.
 
-This module is the public face of the change data feed; the work is done in four modules, each
-importing only the ones before it:
+This package's ``__init__`` is the public face of the change data feed; the work is done in
+four modules, each importing only the ones before it:
 
-- :mod:`replay.cdc_actions` (pure): which file actions of a commit carry its changes
+- :mod:`replay.cdc.change_actions` (pure): which file actions of a commit carry its changes
   (:func:`filter_cdc_actions`) and the file reads that produce its change rows.
-- :mod:`replay.cdc_reader`: the batch change feed, :func:`table_changes` (rows with
+- :mod:`replay.cdc.batch`: the batch change feed, :func:`table_changes` (rows with
   ``_change_type``, ``_commit_version`` and ``_commit_timestamp``).
-- :mod:`replay.source_offsets` (pure): :class:`IndexedFile`, :class:`DeltaSourceOffset` with
+- :mod:`replay.cdc.offsets` (pure): :class:`IndexedFile`, :class:`DeltaSourceOffset` with
   Delta's JSON form and :class:`AdmissionLimits` for micro-batches.
-- :mod:`replay.streaming`: :func:`filter_and_index_delta_logs`,
+- :mod:`replay.cdc.source`: :func:`filter_and_index_delta_logs`,
   :func:`get_file_changes_for_cdc` and :class:`DeltaSource` for the PySpark stream reader.
+
+They work on a :class:`~replay.state.table_log.TableLog` (a :class:`replay.DeltaLog`).
 """
 
 from __future__ import annotations
 
-from replay.cdc_actions import (
+from replay.cdc.batch import (
+    ChangePlan,
+    CommitTimestamps,
+    TimestampLike,
+    change_schema,
+    plan_changes,
+    read_change,
+    read_changes,
+    resolve_change_range,
+    starting_version_for_timestamp,
+    table_changes,
+)
+from replay.cdc.change_actions import (
     CDC_COLUMNS,
     CDC_COMMIT_TIMESTAMP,
     CDC_COMMIT_VERSION,
@@ -35,19 +49,7 @@ from replay.cdc_actions import (
     is_cdf_enabled,
     plan_commit_reads,
 )
-from replay.cdc_reader import (
-    ChangePlan,
-    CommitTimestamps,
-    TimestampLike,
-    change_schema,
-    plan_changes,
-    read_change,
-    read_changes,
-    resolve_change_range,
-    starting_version_for_timestamp,
-    table_changes,
-)
-from replay.source_offsets import (
+from replay.cdc.offsets import (
     BASE_INDEX,
     DEFAULT_MAX_FILES_PER_TRIGGER,
     END_INDEX,
@@ -64,7 +66,7 @@ from replay.source_offsets import (
     offset_after,
     select_changes,
 )
-from replay.streaming import DeltaSource, filter_and_index_delta_logs, get_file_changes_for_cdc
+from replay.cdc.source import DeltaSource, filter_and_index_delta_logs, get_file_changes_for_cdc
 
 __all__ = [
     "BASE_INDEX",

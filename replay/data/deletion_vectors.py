@@ -27,7 +27,8 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from replay.errors import DeltaError
+from logstores import open_filesystem
+from replay.protocol.errors import DeltaError
 
 Z85_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_VALUES = np.full(128, 255, dtype=np.uint8)
@@ -62,13 +63,22 @@ class DeletionVectorNotFoundError(DeletionVectorError, FileNotFoundError):
 
 
 class DeletionVectorDescriptorLike(Protocol):
-    """What is read from a descriptor (``replay.actions.DeletionVectorDescriptor`` fits)."""
+    """What is read from a descriptor (``replay.protocol.actions.DeletionVectorDescriptor`` fits)."""
 
-    storage_type: str
-    path_or_inline_dv: str
-    offset: int | None
-    size_in_bytes: int
-    cardinality: int
+    @property
+    def storage_type(self) -> str: ...
+
+    @property
+    def path_or_inline_dv(self) -> str: ...
+
+    @property
+    def offset(self) -> int | None: ...
+
+    @property
+    def size_in_bytes(self) -> int: ...
+
+    @property
+    def cardinality(self) -> int: ...
 
 
 # -- Z85 --------------------------------------------------------------------------------------
@@ -317,8 +327,6 @@ def read_deletion_vector(
     byte range is fetched. Raises :class:`DeletionVectorNotFoundError` if the file is missing
     and :class:`CorruptDeletionVectorError` if size, checksum, magic or cardinality disagree.
     """
-    from logstores import open_filesystem
-
     if descriptor.storage_type == "i":
         return decode_inline(descriptor)
     path = dv_file_path(descriptor, table_path)

@@ -3,7 +3,7 @@
 :func:`filter_and_index_delta_logs` reads the commits after a version and indexes the files a
 stream takes from each (the change feed's files, or a plain stream's appends);
 :func:`get_file_changes_for_cdc` puts the initial snapshot first when the stream starts from
-one and cuts the sequence by offset and admission limits (:mod:`replay.source_offsets`).
+one and cuts the sequence by offset and admission limits (:mod:`replay.cdc.offsets`).
 :class:`DeltaSource` ties this together for the PySpark stream reader: initial offset, next
 offset under limits, and the rows between two offsets.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from replay.actions import Metadata
-from replay.cdc_actions import (
+from replay.cdc.batch import CommitTimestamps, read_changes, starting_version_for_timestamp
+from replay.cdc.change_actions import (
     CDC_TYPE_INSERT,
     ChangeRead,
     StreamOptions,
@@ -28,11 +28,7 @@ from replay.cdc_actions import (
     plan_commit_reads,
     table_error,
 )
-from replay.cdc_reader import CommitTimestamps, TimestampLike, read_changes, starting_version_for_timestamp
-from replay.data import TableReader
-from replay.delta_log import to_timestamp_ms
-from replay.errors import DataLossError, VersionNotFoundError
-from replay.source_offsets import (
+from replay.cdc.offsets import (
     BASE_INDEX,
     AdmissionLimits,
     DeltaSourceOffset,
@@ -42,25 +38,15 @@ from replay.source_offsets import (
     offset_after,
     select_changes,
 )
-
-
-def stream_data_loss_error(expected: int, seen: int, table: str | None) -> DataLossError:
-    """Delta's ``DELTA_MISSING_FILES_UNEXPECTED_VERSION``: a stream found commits missing."""
-    return table_error(
-        DataLossError,
-        f"[DELTA_MISSING_FILES_UNEXPECTED_VERSION] The stream from your Delta table was expecting process "
-        f"data from version {expected},\nbut the earliest available version in the _delta_log directory is "
-        f"{seen}. The files\nin the transaction log may have been deleted due to log cleanup. In order to "
-        "avoid losing\ndata, we recommend that you restart your stream with a new checkpoint location and "
-        "to\nincrease your delta.logRetentionDuration setting, if you have explicitly set it below 30\n"
-        "days.\nIf you would like to ignore the missed data and continue your stream from where it left\n"
-        'off, you can set the .option("failOnDataLoss", "false") as part\nof your readStream statement.',
-        table,
-    )
+from replay.data.reader import TableReader
+from replay.protocol.actions import FileAction, Metadata
+from replay.protocol.errors import VersionNotFoundError
+from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.state.table_log import TableLog
 
 
 def filter_and_index_delta_logs(
-    delta_log: Any,
+    delta_log: TableLog,
     start_version: int,
     *,
     fail_on_data_loss: bool = True,
@@ -73,24 +59,20 @@ def filter_and_index_delta_logs(
     skipped entries); otherwise the plain source's rules apply (:func:`filter_append_actions`).
     """
     options = stream_options or StreamOptions()
-    table = getattr(delta_log, "table_path", None)
-    expected = start_version
-    for version, actions in delta_log.get_changes(start_version, fail_on_data_loss=False):
-        if version != expected and fail_on_data_loss:
-            raise stream_data_loss_error(expected, version, table)
-        expected = version + 1
+    table = delta_log.table_path
+    for version, actions in delta_log.get_changes(start_version, fail_on_data_loss=fail_on_data_loss):
         if read_change_feed:
             for action in actions:
                 if isinstance(action, Metadata) and not is_cdf_enabled(action):
                     raise missing_change_data_error(version, start_version, version, table)
-            files = filter_cdc_actions(actions, version)
+            files: list[FileAction] = filter_cdc_actions(actions, version)
         else:
             files = list(filter_append_actions(actions, version, options, table))
         yield version, index_commit(version, files)
 
 
 def get_file_changes_for_cdc(  # noqa: PLR0917 - Delta's signature
-    delta_log: Any,
+    delta_log: TableLog,
     from_version: int,
     from_index: int,
     is_starting_version: bool,
@@ -146,11 +128,11 @@ class DeltaSource:
 
     def __init__(
         self,
-        delta_log: Any,
+        delta_log: TableLog,
         *,
         read_change_feed: bool = True,
         starting_version: int | str | None = None,
-        starting_timestamp: TimestampLike | None = None,
+        starting_timestamp: Timestamp | None = None,
         fail_on_data_loss: bool = True,
         exclude_regex: str | None = None,
         stream_options: StreamOptions | None = None,
@@ -280,7 +262,9 @@ class DeltaSource:
     def reader(self) -> TableReader:
         """A reader of the table's data with the latest schema."""
         snapshot = self.delta_log.update()
-        return TableReader.for_metadata(self.table, snapshot.metadata, snapshot.protocol, self.delta_log.conf)
+        return TableReader.for_metadata(
+            self.table, snapshot.metadata, snapshot.protocol, self.delta_log.io.conf
+        )
 
     def read_batch(self, start: DeltaSourceOffset, end: DeltaSourceOffset) -> pa.Table:
         """The rows between two offsets (with CDC columns for the change feed)."""

@@ -3,20 +3,22 @@
 A :class:`LogSegment` is at most one complete checkpoint plus the contiguous commits after it
 up to the target version, optionally with log compaction files standing in for runs of
 commits. :func:`select_log_segment` is pure (it works on a listing);
-:func:`build_log_segment` lists the store and applies it.
+:func:`build_log_segment` lists the log once and applies it.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from logstores.base import FileStatus, LogStore
-from replay import filenames
-from replay.checkpoints import CheckpointInstance, LastCheckpointInfo, latest_complete_checkpoint
-from replay.errors import MissingVersionsError, TableNotFoundError, VersionNotFoundError
+from logstores.base import FileStatus
+from replay.log.checkpoint_instances import CheckpointInstance, latest_complete_checkpoint
+from replay.log.last_checkpoint import LastCheckpointInfo, read_last_checkpoint
+from replay.log.listing import LogListing, classify_listing, list_log
+from replay.log.table_io import TableIO
+from replay.protocol.errors import MissingVersionsError, TableNotFoundError, VersionNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -43,54 +45,22 @@ class LogSegment:
         return self.checkpoint.version if self.checkpoint is not None else -1
 
     @property
+    def files(self) -> list[FileStatus]:
+        """Every file replay reads: checkpoint files, then commit (or compacted) files."""
+        return [*self.checkpoint_files, *(status for _, _, status in self.replay_files)]
+
+    def same_files(self, other: LogSegment) -> bool:
+        """Whether ``other`` is this segment, file for file (same paths, sizes and times)."""
+
+        def identity(segment: LogSegment) -> list[tuple[str, int, int]]:
+            return [(s.path, s.size, s.modification_time) for s in segment.files]
+
+        return self.version == other.version and identity(self) == identity(other)
+
+    @property
     def last_commit_timestamp(self) -> int:
         """Modification time (ms) of the commit file of :attr:`version`; 0 if it is not listed."""
         return self.last_commit_file.modification_time if self.last_commit_file is not None else 0
-
-
-@dataclass(frozen=True)
-class LogListing:
-    """The Delta files of a ``_delta_log`` listing, classified (nothing else is kept)."""
-
-    deltas: list[tuple[int, FileStatus]]
-    compacted: list[tuple[int, int, FileStatus]]
-    checkpoints: list[FileStatus]
-
-    @property
-    def is_empty(self) -> bool:
-        return not (self.deltas or self.compacted or self.checkpoints)
-
-
-def classify_listing(statuses: Iterable[FileStatus], max_version: int | None = None) -> LogListing:
-    """Keep commits, compacted commits and non-empty checkpoint files with version <= ``max_version``."""
-    deltas: list[tuple[int, FileStatus]] = []
-    compacted: list[tuple[int, int, FileStatus]] = []
-    checkpoints: list[FileStatus] = []
-    for status in statuses:
-        if status.is_dir:
-            continue
-        name = status.name
-        if filenames.is_delta_file(name) and not filenames.is_staged_delta_file(status.path):
-            version = filenames.delta_version(name)
-            if max_version is None or version <= max_version:
-                deltas.append((version, status))
-        elif filenames.is_checkpoint_file(name):
-            if status.size > 0 and (max_version is None or filenames.checkpoint_version(name) <= max_version):
-                checkpoints.append(status)
-        elif filenames.is_compacted_delta_file(name):
-            start, end = filenames.compacted_delta_versions(name)
-            if max_version is None or end <= max_version:
-                compacted.append((start, end, status))
-    deltas.sort(key=lambda item: item[0])
-    return LogListing(deltas, compacted, checkpoints)
-
-
-def list_log(store: LogStore, log_path: str, start_version: int) -> list[FileStatus] | None:
-    """``list_from`` the listing prefix of ``start_version``; ``None`` if the log directory is missing."""
-    try:
-        return list(store.list_from(filenames.listing_prefix(log_path, start_version)))
-    except FileNotFoundError:
-        return None
 
 
 def verify_delta_versions(
@@ -232,9 +202,7 @@ def select_log_segment(
 
 
 def build_log_segment(
-    store: LogStore,
-    log_path: str,
-    table: str,
+    io: TableIO,
     *,
     version_to_load: int | None = None,
     last_checkpoint: LastCheckpointInfo | None = None,
@@ -245,13 +213,14 @@ def build_log_segment(
     Falls back to a listing from version 0 when the hint points at nothing usable. Raises
     :class:`TableNotFoundError` when the log is missing or has no Delta files.
     """
+    table, log_path = io.table_path, io.log_path
     hint = last_checkpoint.version if last_checkpoint is not None else -1
     if version_to_load is not None and hint > version_to_load:
         hint = -1
     if before_checkpoint is not None:
         hint = -1
     start = max(hint, 0)
-    statuses = list_log(store, log_path, start)
+    statuses = list_log(io, start)
     listing = classify_listing(statuses or [], version_to_load)
     if hint > 0 and (
         listing.is_empty or latest_complete_checkpoint(listing.checkpoints, version_to_load) is None
@@ -262,7 +231,7 @@ def build_log_segment(
                 table,
                 hint,
             )
-        statuses = list_log(store, log_path, 0)
+        statuses = list_log(io, 0)
         listing = classify_listing(statuses or [], version_to_load)
     if statuses is None or listing.is_empty:
         raise TableNotFoundError.no_commits(table, log_path)
@@ -280,3 +249,8 @@ def build_log_segment(
                 missing=exc.missing,
             ) from exc
         raise
+
+
+def load_log_segment(io: TableIO, version: int | None = None) -> LogSegment:
+    """The segment of ``version`` (latest if ``None``), listed from the ``_last_checkpoint`` hint."""
+    return build_log_segment(io, version_to_load=version, last_checkpoint=read_last_checkpoint(io))

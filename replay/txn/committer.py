@@ -25,11 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from replay.actions import (
+from replay.log.commit_files import read_commit
+from replay.log.listing import latest_version
+from replay.log.table_io import TableIO
+from replay.protocol.actions import (
     Action,
     AddFile,
     CommitInfo,
@@ -37,21 +40,17 @@ from replay.actions import (
     Protocol,
     RemoveFile,
     SetTransaction,
-    parse_actions,
 )
-from replay.errors import ConcurrentModificationError, TableNotFoundError
-from replay.filenames import delta_file
-
-if TYPE_CHECKING:
-    from replay.delta_log import DeltaLog
-    from replay.snapshot import Snapshot
+from replay.protocol.errors import ConcurrentModificationError, TableNotFoundError, VersionNotFoundError
+from replay.protocol.filenames import delta_file
+from replay.protocol.table_properties import ENABLE_IN_COMMIT_TIMESTAMPS
+from replay.state.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_ATTEMPTS = 10_000
 """How many versions a commit tries before giving up (Delta's ``maxCommitAttempts`` is larger)."""
 ISOLATION_LEVEL = "Serializable"
-ICT_ENABLED_KEY = "delta.enableInCommitTimestamps"
 
 
 def engine_info() -> str:
@@ -155,11 +154,6 @@ def _is_blind_append(actions: Sequence[Action], reads_whole_table: bool) -> bool
     )
 
 
-def _read_commit(delta_log: DeltaLog, version: int) -> list[Action]:
-    """The actions of commit ``version``; :class:`FileNotFoundError` if it does not exist."""
-    return parse_actions(delta_log.store.read(delta_file(delta_log.log_path, version)))
-
-
 def _commit_info_of(actions: Iterable[Action]) -> CommitInfo | None:
     return next((action for action in actions if isinstance(action, CommitInfo)), None)
 
@@ -167,8 +161,8 @@ def _commit_info_of(actions: Iterable[Action]) -> CommitInfo | None:
 class _InCommitTimestamps:
     """Decides whether commits carry ``inCommitTimestamp`` and computes monotonic values."""
 
-    def __init__(self, delta_log: DeltaLog, txn: _Transaction, read_snapshot: Snapshot | None) -> None:
-        self._log = delta_log
+    def __init__(self, io: TableIO, txn: _Transaction, read_snapshot: Snapshot | None) -> None:
+        self._io = io
         self._known: dict[int, CommitInfo | None] = {}
         if txn.metadata is not None:
             self._enabled: bool | None = _ict_enabled(txn.metadata)
@@ -194,14 +188,14 @@ class _InCommitTimestamps:
     def _previous(self, version: int) -> CommitInfo | None:
         if version - 1 not in self._known:
             try:
-                self.remember(version - 1, _read_commit(self._log, version - 1))
-            except FileNotFoundError:
+                self.remember(version - 1, read_commit(self._io, version - 1))
+            except VersionNotFoundError:
                 self._known[version - 1] = None
         return self._known[version - 1]
 
 
 def _ict_enabled(metadata: Metadata) -> bool:
-    return str((metadata.configuration or {}).get(ICT_ENABLED_KEY, "false")).lower() == "true"
+    return ENABLE_IN_COMMIT_TIMESTAMPS.value_in(metadata.configuration)
 
 
 def _commit_info(
@@ -232,15 +226,15 @@ def _commit_info(
     return CommitInfo(values)
 
 
-def _latest_version(delta_log: DeltaLog) -> int:
+def _latest_version(io: TableIO) -> int:
     try:
-        return delta_log.latest_version()
+        return latest_version(io)
     except TableNotFoundError:
         return -1
 
 
 def commit(
-    delta_log: DeltaLog,
+    io: TableIO,
     actions: Sequence[Action],
     operation: str = "WRITE",
     operation_parameters: Mapping[str, Any] | None = None,
@@ -266,19 +260,19 @@ def commit(
     """
     actions = [action for action in actions if not isinstance(action, CommitInfo)]
     if read_version is None:
-        read_version = read_snapshot.version if read_snapshot is not None else _latest_version(delta_log)
-    table = str(delta_log.table_path)
+        read_version = read_snapshot.version if read_snapshot is not None else _latest_version(io)
+    table = io.table_path
     txn = _Transaction.of(table, actions, reads_whole_table)
     if read_version < 0:
         if txn.metadata is None or txn.protocol is None:
             named = (("protocol", txn.protocol), ("metadata", txn.metadata))
             missing = " and ".join(name for name, action in named if action is None)
             raise ValueError(f"Cannot create table {table}: the first commit needs a {missing} action")
-        delta_log.store.create_directories(delta_log.log_path)
+        io.store.create_directories(io.log_path)
     parameters = encode_operation_parameters(operation_parameters)
     blind_append = _is_blind_append(actions, reads_whole_table)
     body = [action.json() for action in actions]
-    timestamps = _InCommitTimestamps(delta_log, txn, read_snapshot)
+    timestamps = _InCommitTimestamps(io, txn, read_snapshot)
     txn_id = str(uuid.uuid4())
     version = read_version + 1
     for attempt in range(1, max_attempts + 1):
@@ -294,14 +288,13 @@ def commit(
             txn_id=txn_id,
         )
         try:
-            path = delta_file(delta_log.log_path, version)
-            delta_log.store.write(path, [info.json(), *body], overwrite=False)
+            path = delta_file(io.log_path, version)
+            io.store.write(path, [info.json(), *body], overwrite=False)
         except FileExistsError:
             logger.info("commit of version %d of %s lost a race (attempt %d)", version, table, attempt)
-            version = _check_winners(delta_log, txn, timestamps, version)
+            version = _check_winners(io, txn, timestamps, version)
             continue
         logger.debug("committed version %d of %s (%d actions)", version, table, len(actions))
-        _invalidate(delta_log)
         return version
     raise ConcurrentModificationError(
         f"Gave up committing to table {table} after {max_attempts} attempts; "
@@ -311,22 +304,14 @@ def commit(
     )
 
 
-def _check_winners(
-    delta_log: DeltaLog, txn: _Transaction, timestamps: _InCommitTimestamps, first: int
-) -> int:
+def _check_winners(io: TableIO, txn: _Transaction, timestamps: _InCommitTimestamps, first: int) -> int:
     """Check every commit from ``first`` on for conflicts; return the first free version."""
     version = first
     while True:
         try:
-            winner = _read_commit(delta_log, version)
-        except FileNotFoundError:
+            winner = read_commit(io, version)
+        except VersionNotFoundError:
             return version
         txn.check(version, winner)
         timestamps.remember(version, winner)
         version += 1
-
-
-def _invalidate(delta_log: DeltaLog) -> None:
-    update = getattr(delta_log, "invalidate", None)
-    if callable(update):
-        update()

@@ -8,16 +8,18 @@ In-Commit Timestamps were enabled at, the ``commitInfo.inCommitTimestamp`` of ea
 from __future__ import annotations
 
 import bisect
-import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from logstores.base import FileStatus
-from replay.errors import TimestampOutOfRangeError
-
-if TYPE_CHECKING:
-    from replay.delta_log import DeltaLog
+from replay.log.commit_files import read_commit_dicts
+from replay.log.concurrency import prefetch
+from replay.log.listing import LogListing, earliest_recreatable_version
+from replay.log.table_io import TableIO
+from replay.progress import track
+from replay.protocol.errors import MissingVersionsError, TimestampOutOfRangeError
+from replay.protocol.timestamps import format_timestamp
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,6 @@ def monotonic_timestamps(commits: Sequence[tuple[int, FileStatus]]) -> list[Comm
         records.append(CommitRecord(version, timestamp, status))
         previous = timestamp
     return records
-
-
-def format_timestamp(timestamp_ms: int) -> str:
-    """``2024-01-02 03:04:05.678 UTC`` for error messages."""
-    moment = _dt.datetime.fromtimestamp(timestamp_ms / 1000, tz=_dt.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{timestamp_ms % 1000:03d} UTC"
 
 
 def active_commit_at(
@@ -100,32 +96,48 @@ def commit_info_of(actions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return next((line["commitInfo"] for line in actions if line.get("commitInfo") is not None), None)
 
 
-def history(delta_log: DeltaLog, limit: int | None = None) -> list[dict[str, Any]]:
+def commit_records(io: TableIO, listing: LogListing, ict_since: int | None) -> list[CommitRecord]:
+    """Every recreatable commit of ``listing`` with its effective timestamp, oldest first.
+
+    File modification times made strictly increasing; from version ``ict_since`` on (``None``:
+    in-commit timestamps are not enabled) a commit's ``inCommitTimestamp`` wins.
+    """
+    deltas = listing.deltas
+    try:
+        earliest = earliest_recreatable_version(listing, io.table_path)
+    except MissingVersionsError:
+        earliest = deltas[0][0]
+    records = monotonic_timestamps([(v, s) for v, s in deltas if v >= earliest])
+    if ict_since is None:
+        return records
+    wanted = [record for record in records if record.version >= ict_since]
+    reader = prefetch(
+        io.executor(), lambda s: read_commit_dicts(io, s), [r.status for r in wanted], io.window
+    )
+    ict = {}
+    for record, actions in zip(wanted, reader, strict=True):
+        info = commit_info_of(actions) or {}
+        if info.get("inCommitTimestamp") is not None:
+            ict[record.version] = int(info["inCommitTimestamp"])
+    return [CommitRecord(r.version, ict.get(r.version, r.timestamp), r.status) for r in records]
+
+
+def history(io: TableIO, records: Sequence[CommitRecord], limit: int | None = None) -> list[dict[str, Any]]:
     """Commit information newest first: every ``commitInfo`` field plus ``version`` and ``timestamp``.
 
-    ``timestamp`` is the effective commit timestamp (see :meth:`DeltaLog.commit_timestamp`), not
-    the one the writer recorded; commits without ``commitInfo`` give just version and timestamp.
+    ``records`` come from :func:`commit_records`; ``timestamp`` is the effective commit
+    timestamp, not the one the writer recorded; commits without ``commitInfo`` give just version
+    and timestamp.
     """
-    from replay.commit_reader import prefetch, read_commit_file
-
-    records = delta_log.commit_records()
     selected = list(reversed(records))
     if limit is not None:
         selected = selected[: max(limit, 0)]
+    statuses = [r.status for r in selected]
+    reader = prefetch(io.executor(), lambda status: read_commit_dicts(io, status), statuses, io.window)
     out: list[dict[str, Any]] = []
-    window = max(2, 2 * delta_log.read_threads)
-    with delta_log.executor() as executor:
-        statuses = [r.status for r in selected]
-        reader = prefetch(
-            executor,
-            lambda status: read_commit_file(delta_log, status),
-            statuses,
-            window,
-            task="Reading history",
-        )
-        for record, actions in zip(selected, reader, strict=True):
-            entry: dict[str, Any] = dict(commit_info_of(actions) or {})
-            entry["version"] = record.version
-            entry["timestamp"] = record.timestamp
-            out.append(entry)
+    for record, actions in zip(selected, track("Reading history", reader, len(statuses)), strict=True):
+        entry: dict[str, Any] = dict(commit_info_of(actions) or {})
+        entry["version"] = record.version
+        entry["timestamp"] = record.timestamp
+        out.append(entry)
     return out

@@ -1,0 +1,202 @@
+"""Reading a checkpoint's content: Arrow rows of its file actions and its other actions as dicts.
+
+Parquet parts are read with pyarrow, one row group at a time and only the columns replay needs;
+a V2 checkpoint (JSON or Parquet top-level file) pulls in its sidecars. Files of a multi-part
+checkpoint and sidecars are read concurrently on the table's log pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from logstores.base import FileStatus, LogStore
+from replay.log.checkpoint_instances import CheckpointFormat, CheckpointInstance
+from replay.log.commit_files import parse_json_lines
+from replay.log.table_io import TableIO
+from replay.protocol import filenames
+from replay.protocol.arrow_actions import ADD_ARROW_TYPE, REMOVE_ARROW_TYPE, select_rows
+from replay.protocol.errors import CorruptLogError
+
+logger = logging.getLogger(__name__)
+
+NON_FILE_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
+
+
+@dataclass
+class CheckpointData:
+    """What replay needs from a checkpoint: Arrow add/remove rows and the other actions as dicts."""
+
+    adds: list[pa.Table] = field(default_factory=list)
+    removes: list[pa.Table] = field(default_factory=list)
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def _struct_fields(schema: pa.Schema, column: str) -> list[str]:
+    index = schema.get_field_index(column)
+    if index < 0 or not pa.types.is_struct(schema.field(index).type):
+        return []
+    return [child.name for child in schema.field(index).type]
+
+
+def _read_file_rows(parquet: pq.ParquetFile, column: str, wanted: Sequence[str]) -> pa.Table | None:
+    """The rows of ``column`` (``add`` or ``remove``) with a path, as a flat table of ``wanted`` fields.
+
+    Read one row group at a time, dropping the other actions' rows as it goes: the peak memory
+    is the kept rows plus one row group, never the whole column set of the file.
+    """
+    present = set(_struct_fields(parquet.schema_arrow, column))
+    fields = [name for name in wanted if name in present]
+    if "path" not in fields:
+        return None
+    paths = [f"{column}.{name}" for name in fields]
+    tables: list[pa.Table] = []
+    for group in range(parquet.num_row_groups):
+        struct = parquet.read_row_group(group, columns=paths).column(column)
+        for chunk in struct.chunks:
+            table = _sparse_nulls(pa.Table.from_struct_array(chunk))
+            keep = pc.is_valid(table.column("path"))
+            if chunk.null_count:  # from_struct_array ignores the struct's own validity
+                keep = pc.and_(keep, chunk.is_valid())
+            tables.append(select_rows(table, keep))
+    if not tables:
+        struct_type = parquet.schema_arrow.field(column).type
+        return pa.schema([struct_type.field(name) for name in fields]).empty_table()
+    return pa.concat_tables(tables)
+
+
+def _sparse_nulls(table: pa.Table) -> pa.Table:
+    """``table`` with its all-null columns (deletion vectors, row ids ... when unused) not backed by memory.
+
+    ``pa.nulls`` shares one zeroed buffer, where the decoded column holds a full buffer per child.
+    """
+    columns = [
+        pa.nulls(len(column), column.type) if len(column) and column.null_count == len(column) else column
+        for column in table.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _non_null_rows(table: pa.Table) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name in table.column_names:
+        column = table.column(name)
+        if column.null_count == len(column):
+            continue
+        for value in column.drop_null().to_pylist(maps_as_pydicts="lossy"):
+            rows.append({name: {k: v for k, v in value.items() if v is not None}})
+    return rows
+
+
+def _may_hold_values(metadata: pq.FileMetaData, group: int, column: str) -> bool:
+    """False only when the statistics prove every leaf of ``column`` is null in row group ``group``."""
+    row_group = metadata.row_group(group)
+    for index in range(row_group.num_columns):
+        chunk = row_group.column(index)
+        if chunk.path_in_schema.split(".", 1)[0] != column:
+            continue
+        stats = chunk.statistics
+        if stats is None or not stats.has_null_count or stats.null_count != chunk.num_values:
+            return True
+    return False
+
+
+def _read_other_actions(parquet: pq.ParquetFile) -> list[dict[str, Any]]:
+    """The non-file actions (protocol, metadata, txn ...) of a Parquet checkpoint as dicts.
+
+    They are a handful of rows among millions: row groups are read one at a time and skipped
+    when their statistics show the columns hold only nulls.
+    """
+    names = parquet.schema_arrow.names
+    columns = [name for name in NON_FILE_COLUMNS if name in names]
+    rows: list[dict[str, Any]] = []
+    for group in range(parquet.num_row_groups):
+        wanted = [name for name in columns if _may_hold_values(parquet.metadata, group, name)]
+        if wanted:
+            rows += _non_null_rows(parquet.read_row_group(group, columns=wanted))
+    return rows
+
+
+def read_parquet_checkpoint(store: LogStore, path: str, *, file_rows_only: bool = False) -> CheckpointData:
+    """Read one Parquet checkpoint file (classic part, V2 top-level or sidecar).
+
+    Raises :class:`CorruptLogError` naming ``path`` if it cannot be read.
+    """
+    try:
+        with store.open_input(path) as stream:
+            parquet = pq.ParquetFile(stream)
+            data = CheckpointData(files=[path])
+            adds = _read_file_rows(parquet, "add", ADD_ARROW_TYPE.names)
+            removes = _read_file_rows(parquet, "remove", REMOVE_ARROW_TYPE.names)
+            if adds is not None:
+                data.adds.append(adds)
+            if removes is not None:
+                data.removes.append(removes)
+            if not file_rows_only:
+                data.actions = _read_other_actions(parquet)
+            return data
+    except FileNotFoundError as exc:
+        raise CorruptLogError(f"checkpoint file {path} is missing: {exc}", path=path) from exc
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise CorruptLogError(f"cannot read checkpoint file {path}: {exc}", path=path) from exc
+
+
+def read_json_checkpoint(store: LogStore, path: str) -> CheckpointData:
+    """Read a V2 JSON top-level checkpoint file (all its rows become dict actions)."""
+    try:
+        raw = store.read_bytes(path)
+    except OSError as exc:
+        raise CorruptLogError(f"cannot read checkpoint file {path}: {exc}", path=path) from exc
+    return CheckpointData(actions=parse_json_lines(raw, path), files=[path])
+
+
+def read_checkpoint(
+    io: TableIO, instance: CheckpointInstance, files: Sequence[FileStatus], executor: Executor | None
+) -> CheckpointData:
+    """Read every file of a complete checkpoint, V2 sidecars included (concurrently if ``executor``).
+
+    Raises :class:`CorruptLogError` naming the file that cannot be read or a sidecar list
+    without its ``checkpointMetadata``.
+    """
+    paths = [status.path for status in files]
+    if instance.format == CheckpointFormat.V2 and paths[0].endswith(".json"):
+        parts = [read_json_checkpoint(io.store, paths[0])]
+    else:
+        parts = _map(executor, lambda p: read_parquet_checkpoint(io.store, p), paths)
+    data = CheckpointData()
+    for part in parts:
+        data.adds += part.adds
+        data.removes += part.removes
+        data.actions += part.actions
+        data.files += part.files
+    sidecars = [action["sidecar"] for action in data.actions if "sidecar" in action]
+    if sidecars:
+        if not any("checkpointMetadata" in action for action in data.actions):
+            raise CorruptLogError(
+                f"checkpoint {paths[0]} lists sidecar files but has no checkpointMetadata action",
+                path=paths[0],
+            )
+        sidecar_paths = [filenames.sidecar_file(io.log_path, sidecar["path"]) for sidecar in sidecars]
+        for part in _map(
+            executor, lambda p: read_parquet_checkpoint(io.store, p, file_rows_only=True), sidecar_paths
+        ):
+            data.adds += part.adds
+            data.removes += part.removes
+            data.files += part.files
+    return data
+
+
+def _map(
+    executor: Executor | None, function: Callable[[str], CheckpointData], items: Sequence[str]
+) -> list[CheckpointData]:
+    if executor is None or len(items) <= 1:
+        return [function(item) for item in items]
+    return list(executor.map(function, items))

@@ -1,0 +1,203 @@
+"""``TableConfiguration``: a table's protocol and metadata, and every rule that follows from them.
+
+The one home of table-level rules: which table properties are in force (parsed once, through
+:mod:`replay.protocol.table_properties`), whether this library can read the table, whether it
+can write it, and the retention cut-offs of tombstones and transactions. A snapshot is a log
+segment plus one of these (Delta Kernel's ``TableConfiguration``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from replay.protocol.actions import Metadata, Protocol
+from replay.protocol.errors import UnsupportedTableFeatureError
+from replay.protocol.table_properties import (
+    APPEND_ONLY,
+    CHECKPOINT_INTERVAL,
+    COLUMN_MAPPING_MODE,
+    DATA_SKIPPING_NUM_INDEXED_COLS,
+    DELETED_FILE_RETENTION,
+    ENABLE_CHANGE_DATA_FEED,
+    ENABLE_EXPIRED_LOG_CLEANUP,
+    ENABLE_IN_COMMIT_TIMESTAMPS,
+    IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
+    LOG_RETENTION,
+    SET_TRANSACTION_RETENTION,
+)
+
+SUPPORTED_READER_VERSION = 3
+SUPPORTED_READER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+    }
+)
+"""Reader features whose tables this library reads correctly."""
+
+SUPPORTED_WRITER_VERSION = 7
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "changeDataFeed",
+        "inCommitTimestamp",
+        "timestampNtz",
+        "deletionVectors",
+        "domainMetadata",
+        "vacuumProtocolCheck",
+    }
+)
+"""Writer features whose tables this library can append to and remove whole files from."""
+WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset(
+    {"columnMapping", "identityColumns", "generatedColumns", "checkConstraints"}
+)
+"""Writer features that do not concern this writer as long as the table does not use them."""
+
+
+def check_readable(protocol: Protocol, table: str) -> None:
+    """Raise :class:`UnsupportedTableFeatureError` if this library cannot read a table with ``protocol``."""
+    if protocol.min_reader_version > SUPPORTED_READER_VERSION:
+        raise UnsupportedTableFeatureError(
+            f"[DELTA_INVALID_PROTOCOL_VERSION] Unsupported Delta protocol version: table {table} requires"
+            f" reader version {protocol.min_reader_version}, writer version {protocol.min_writer_version},"
+            f" but this library supports reader versions 1, 2, 3",
+            table=table,
+        )
+    if protocol.min_reader_version == SUPPORTED_READER_VERSION:
+        unsupported = sorted(set(protocol.reader_features or ()) - SUPPORTED_READER_FEATURES)
+        if unsupported:
+            raise UnsupportedTableFeatureError(
+                f"[DELTA_UNSUPPORTED_FEATURES_FOR_READ] Unsupported Delta read feature: table {table}"
+                " requires"
+                f" reader table feature(s) that are unsupported by this library: {', '.join(unsupported)}.",
+                table=table,
+                features=unsupported,
+            )
+
+
+def features_in_use(metadata: Metadata) -> list[str]:
+    """Writer features the table's metadata actually uses and this writer cannot honour.
+
+    Column invariants, CHECK constraints, generated and identity columns would have to be
+    enforced or computed on write; column mapping would change the data files' column names.
+    """
+    schema_string = metadata.schema_string or ""
+    used = {
+        "invariants": "delta.invariants" in schema_string,
+        "checkConstraints": any(key.startswith("delta.constraints.") for key in metadata.configuration or {}),
+        "generatedColumns": "delta.generationExpression" in schema_string,
+        "identityColumns": "delta.identity." in schema_string,
+        "columnMapping": metadata.column_mapping_mode != "none",
+    }
+    return [name for name, in_use in used.items() if in_use]
+
+
+def check_writable(protocol: Protocol, metadata: Metadata, table: str) -> None:
+    """Raise :class:`UnsupportedTableFeatureError` if this writer cannot write the table safely.
+
+    Refused: writer versions above 7, table features this writer does not know, and features
+    the table uses that would need enforcing (see :func:`features_in_use`).
+    """
+    unsupported: list[str] = []
+    if protocol.min_writer_version > SUPPORTED_WRITER_VERSION:
+        unsupported.append(f"writer version {protocol.min_writer_version}")
+    if protocol.min_writer_version == SUPPORTED_WRITER_VERSION:
+        known = SUPPORTED_WRITER_FEATURES | WRITER_FEATURES_HARMLESS_WHEN_UNUSED
+        unsupported += sorted(set(protocol.writer_features or ()) - known)
+    unsupported += features_in_use(metadata)
+    if unsupported:
+        features = list(dict.fromkeys(unsupported))
+        raise UnsupportedTableFeatureError(
+            f"Cannot write to table {table}: it uses features this writer does not support: "
+            f"{', '.join(features)}",
+            table=table,
+            features=features,
+        )
+
+
+@dataclass(frozen=True)
+class TableConfiguration:
+    """The protocol and metadata of one table version, with the rules that follow from them."""
+
+    protocol: Protocol
+    metadata: Metadata
+    table: str = ""
+
+    @property
+    def configuration(self) -> dict[str, str]:
+        return self.metadata.configuration or {}
+
+    # -- table properties --------------------------------------------------------------------
+    @cached_property
+    def in_commit_timestamps_enabled(self) -> bool:
+        return ENABLE_IN_COMMIT_TIMESTAMPS.value_in(self.configuration)
+
+    @cached_property
+    def in_commit_timestamps_since(self) -> int | None:
+        """The first version whose commits carry in-commit timestamps (``None``: not enabled)."""
+        if not self.in_commit_timestamps_enabled:
+            return None
+        return IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION.value_in(self.configuration) or 0
+
+    @cached_property
+    def change_data_feed_enabled(self) -> bool:
+        return ENABLE_CHANGE_DATA_FEED.value_in(self.configuration)
+
+    @cached_property
+    def append_only(self) -> bool:
+        return APPEND_ONLY.value_in(self.configuration)
+
+    @cached_property
+    def checkpoint_interval(self) -> int:
+        return CHECKPOINT_INTERVAL.value_in(self.configuration)
+
+    @cached_property
+    def log_retention_ms(self) -> int:
+        return LOG_RETENTION.value_in(self.configuration)
+
+    @cached_property
+    def expired_log_cleanup_enabled(self) -> bool:
+        return ENABLE_EXPIRED_LOG_CLEANUP.value_in(self.configuration)
+
+    @cached_property
+    def deleted_file_retention_ms(self) -> int:
+        return DELETED_FILE_RETENTION.value_in(self.configuration)
+
+    @cached_property
+    def set_transaction_retention_ms(self) -> int | None:
+        return SET_TRANSACTION_RETENTION.value_in(self.configuration)
+
+    @cached_property
+    def num_indexed_cols(self) -> int:
+        return DATA_SKIPPING_NUM_INDEXED_COLS.value_in(self.configuration)
+
+    @cached_property
+    def column_mapping_mode(self) -> str:
+        return COLUMN_MAPPING_MODE.value_in(self.configuration)
+
+    def min_file_retention_timestamp(self, now_ms: int) -> int:
+        """Tombstones deleted at or before this time (ms) are expired."""
+        return now_ms - self.deleted_file_retention_ms
+
+    def min_set_transaction_retention_timestamp(self, now_ms: int) -> int | None:
+        """Transactions last updated at or before this time (ms) are expired (``None``: never)."""
+        retention = self.set_transaction_retention_ms
+        return None if retention is None else now_ms - retention
+
+    # -- what this library can do with the table ----------------------------------------------
+    def check_readable(self) -> None:
+        """Raise :class:`UnsupportedTableFeatureError` if this library cannot read the table."""
+        check_readable(self.protocol, self.table)
+
+    def check_writable(self) -> None:
+        """Raise :class:`UnsupportedTableFeatureError` if this library cannot write the table."""
+        check_writable(self.protocol, self.metadata, self.table)

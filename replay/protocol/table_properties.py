@@ -1,0 +1,134 @@
+"""Delta's table properties (``delta.*`` keys of ``metaData.configuration``): each parsed once, here.
+
+Every property is a :class:`TableProperty` with Delta's key, default and parser, as in Delta's
+``DeltaConfigs``. Code anywhere reads a property with ``PROPERTY.value_in(configuration)``, or
+through :class:`~replay.protocol.table_config.TableConfiguration`; nothing else parses
+``delta.*`` strings. A value that does not parse raises :class:`InvalidTablePropertyError`
+naming the key and the value, when the property is read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from replay.protocol.errors import DeltaError
+
+T = TypeVar("T")
+
+
+class InvalidTablePropertyError(DeltaError, ValueError):
+    """A table property has a value Delta would refuse (the message names the key and value)."""
+
+
+_INTERVAL_UNITS_MS = {
+    "week": 7 * 86_400_000,
+    "day": 86_400_000,
+    "hour": 3_600_000,
+    "minute": 60_000,
+    "second": 1000,
+    "millisecond": 1,
+    "microsecond": 0.001,
+    "month": 30 * 86_400_000,
+    "year": 365 * 86_400_000,
+}
+_INTERVAL_RE = re.compile(r"(-?\d+)\s*([a-z]+?)s?\b")
+
+
+def parse_interval_ms(text: str) -> int:
+    """Milliseconds of a Delta interval such as ``interval 1 week`` or ``interval 2 days 3 hours``.
+
+    Raises :class:`ValueError` naming the text when it holds no known unit.
+    """
+    total = 0.0
+    matched = False
+    for amount, unit in _INTERVAL_RE.findall(text.lower().removeprefix("interval").strip()):
+        if unit not in _INTERVAL_UNITS_MS:
+            raise ValueError(f"unknown unit {unit!r} in interval {text!r}")
+        total += int(amount) * _INTERVAL_UNITS_MS[unit]
+        matched = True
+    if not matched:
+        raise ValueError(f"not an interval: {text!r}")
+    return int(total)
+
+
+def parse_bool(text: str) -> bool:
+    """``true``/``false`` in any case, surrounding blanks ignored (Scala's ``toBoolean``)."""
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("expected 'true' or 'false'")
+    return lowered == "true"
+
+
+def parse_int(text: str) -> int:
+    return int(text.strip())
+
+
+def parse_positive_int(text: str) -> int:
+    value = int(text.strip())
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def parse_column_mapping_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in ("none", "name", "id"):
+        raise ValueError("expected 'none', 'name' or 'id'")
+    return mode
+
+
+@dataclass(frozen=True)
+class TableProperty(Generic[T]):
+    """One ``delta.*`` table property: its key, its value when unset, and how it is parsed."""
+
+    key: str
+    default: T
+    parse: Callable[[str], T]
+
+    def value_in(self, configuration: Mapping[str, str] | None) -> T:
+        """The property's value in a table configuration (the default when unset).
+
+        Raises :class:`InvalidTablePropertyError` naming the key and value if it does not parse.
+        """
+        raw = (configuration or {}).get(self.key)
+        if raw is None:
+            return self.default
+        try:
+            return self.parse(str(raw))
+        except ValueError as exc:
+            raise InvalidTablePropertyError(
+                f"[DELTA_INVALID_TABLE_PROPERTY] Invalid value {raw!r} for table property {self.key}: {exc}"
+            ) from None
+
+    def is_set(self, configuration: Mapping[str, str] | None) -> bool:
+        return self.key in (configuration or {})
+
+
+def _optional(parse: Callable[[str], T]) -> Callable[[str], T | None]:
+    return parse
+
+
+APPEND_ONLY = TableProperty("delta.appendOnly", False, parse_bool)
+ENABLE_CHANGE_DATA_FEED = TableProperty("delta.enableChangeDataFeed", False, parse_bool)
+ENABLE_IN_COMMIT_TIMESTAMPS = TableProperty("delta.enableInCommitTimestamps", False, parse_bool)
+IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION: TableProperty[int | None] = TableProperty(
+    "delta.inCommitTimestampEnablementVersion", None, _optional(parse_int)
+)
+IN_COMMIT_TIMESTAMP_ENABLEMENT_TIMESTAMP: TableProperty[int | None] = TableProperty(
+    "delta.inCommitTimestampEnablementTimestamp", None, _optional(parse_int)
+)
+CHECKPOINT_INTERVAL = TableProperty("delta.checkpointInterval", 10, parse_positive_int)
+LOG_RETENTION = TableProperty("delta.logRetentionDuration", 30 * 86_400_000, parse_interval_ms)
+DELETED_FILE_RETENTION = TableProperty(
+    "delta.deletedFileRetentionDuration", 7 * 86_400_000, parse_interval_ms
+)
+SET_TRANSACTION_RETENTION: TableProperty[int | None] = TableProperty(
+    "delta.setTransactionRetentionDuration", None, _optional(parse_interval_ms)
+)
+ENABLE_EXPIRED_LOG_CLEANUP = TableProperty("delta.enableExpiredLogCleanup", True, parse_bool)
+DATA_SKIPPING_NUM_INDEXED_COLS = TableProperty("delta.dataSkippingNumIndexedCols", 32, parse_int)
+COLUMN_MAPPING_MODE = TableProperty("delta.columnMapping.mode", "none", parse_column_mapping_mode)
+ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, parse_bool)

@@ -1,0 +1,171 @@
+"""Loading a snapshot: replaying a log segment into a :class:`~replay.state.snapshot.Snapshot`.
+
+Commit files are fetched concurrently on the table's log pool (large ones parsed into Arrow
+there, the rest with orjson) and replayed newest first with
+:class:`~replay.log.log_replay.ReverseLogReplay` (file keys resolved in Arrow); then the
+checkpoint is read through pyarrow one row group at a time (only the needed columns). If the
+checkpoint cannot be read, the newest older complete checkpoint (or the commits from version
+0) is used instead, with a logged warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from typing import Any
+
+from logstores.base import FileStatus
+from replay.log.checkpoints import read_checkpoint
+from replay.log.commit_files import (
+    TASK_BYTES,
+    ArrowCommit,
+    parse_commit,
+    parse_commit_arrow,
+    read_commit_bytes,
+)
+from replay.log.concurrency import gc_paused, prefetch
+from replay.log.log_replay import MalformedActionError, ReverseLogReplay
+from replay.log.log_segment import LogSegment, build_log_segment, load_log_segment
+from replay.log.table_io import TableIO
+from replay.progress import track
+from replay.protocol.actions import Metadata, Protocol
+from replay.protocol.errors import CorruptLogError, DeltaError, MissingProtocolOrMetadataError
+from replay.protocol.table_config import TableConfiguration
+from replay.state.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+
+def load_snapshot(io: TableIO, segment: LogSegment | None = None, version: int | None = None) -> Snapshot:
+    """Replay ``segment`` (default: the segment of ``version``, or of the latest version).
+
+    Raises :class:`~replay.protocol.errors.CorruptLogError` for an unreadable commit (never a
+    partial state) or an unreadable checkpoint without an older fallback,
+    :class:`MissingProtocolOrMetadataError` and the segment errors of
+    :func:`~replay.log.log_segment.build_log_segment`.
+    """
+    if segment is None:
+        segment = load_log_segment(io, version)
+    return _load(io, segment, io.executor())
+
+
+def _load(io: TableIO, segment: LogSegment, executor: Executor | None) -> Snapshot:
+    state = ReverseLogReplay()
+    newest = _replay_commits(io, segment, executor, state)
+    if segment.checkpoint is not None:
+        try:
+            _replay_checkpoint(io, segment, executor, state)
+        except CorruptLogError as exc:
+            exc.table = io.table_path
+            return _fall_back(io, segment, executor, exc)
+    config = _table_configuration(io, segment, state)
+    return Snapshot(io, segment, config, state, newest)
+
+
+def _read_batch_size(io: TableIO, statuses: list[FileStatus]) -> int:
+    """How many commits one read task takes.
+
+    Small commits are batched to amortise the pool's per-task cost; large ones (parsed by
+    pyarrow in the pool) go a few at a time so that the threads finish together.
+    """
+    average = sum(max(status.size, 0) for status in statuses) / max(len(statuses), 1)
+    return max(1, min(32, len(statuses) // (4 * io.read_threads), int(TASK_BYTES / max(average, 1))))
+
+
+def _replay_commits(
+    io: TableIO, segment: LogSegment, executor: Executor | None, state: ReverseLogReplay
+) -> Mapping[str, Any] | None:
+    """Feed the segment's commits to ``state``, newest first; the newest commit's ``commitInfo``."""
+    newest_first = list(reversed(segment.replay_files))
+    statuses = [status for _, _, status in newest_first]
+
+    def read(status: FileStatus) -> tuple[bytes, ArrowCommit | None]:
+        # runs in the pool: pyarrow's JSON parsing releases the GIL, so commits parse in parallel
+        raw = read_commit_bytes(io, status)
+        return raw, parse_commit_arrow(raw)
+
+    commits = prefetch(executor, read, statuses, io.window, _read_batch_size(io, statuses))
+    newest: list[Mapping[str, Any]] = []
+    with gc_paused():
+        for index, ((start, end, status), (raw, parsed)) in enumerate(
+            zip(newest_first, track("Reading commits", commits, len(statuses)), strict=True)
+        ):
+            later_lines_win = start == end  # compacted files list a tombstone before a stale add
+            if parsed is not None:
+                state.add_arrow_commit(
+                    parsed.adds,
+                    parsed.add_lines,
+                    parsed.others,
+                    parsed.num_lines,
+                    later_lines_win=later_lines_win,
+                    removes=parsed.removes,
+                    remove_lines=parsed.remove_lines,
+                )
+                lines: list[Mapping[str, Any]] = [line for _, line in parsed.others]
+            else:
+                lines = list(parse_commit(io, status, raw))
+                state.add_commit(lines, later_lines_win=later_lines_win, source=status.path)
+            if index == 0 and end == segment.version:
+                newest = lines
+        try:
+            state.flush()
+        except MalformedActionError as exc:
+            raise CorruptLogError(str(exc), table=io.table_path, path=exc.source) from exc
+    return next((line["commitInfo"] for line in newest if line.get("commitInfo") is not None), None)
+
+
+def _replay_checkpoint(
+    io: TableIO, segment: LogSegment, executor: Executor | None, state: ReverseLogReplay
+) -> None:
+    """Feed the segment's checkpoint to ``state`` (after every commit)."""
+    assert segment.checkpoint is not None
+    data = read_checkpoint(io, segment.checkpoint, segment.checkpoint_files, executor)
+    state.add_checkpoint_actions(data.actions)
+    for adds in data.adds:
+        state.add_checkpoint_files(adds, None)
+    for removes in data.removes:
+        state.add_checkpoint_files(None, removes)
+
+
+def _table_configuration(io: TableIO, segment: LogSegment, state: ReverseLogReplay) -> TableConfiguration:
+    """The replayed protocol and metadata; raises if one is missing or the table is unreadable."""
+    if state.protocol is None or state.metadata is None:
+        missing = "protocol" if state.protocol is None else "metadata"
+        raise MissingProtocolOrMetadataError(
+            f"[DELTA_STATE_RECOVER_ERROR] The {missing} of your Delta table could not be recovered while"
+            f" Reconstructing\nversion: {segment.version}. Did you manually delete files in the _delta_log"
+            f" directory? (table {io.table_path})",
+            table=io.table_path,
+            version=segment.version,
+            missing=missing,
+        )
+    config = TableConfiguration(
+        Protocol.from_dict(_without_nulls(state.protocol)),
+        Metadata.from_dict(_without_nulls(state.metadata)),
+        io.table_path,
+    )
+    config.check_readable()
+    return config
+
+
+def _without_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: item for key, item in value.items() if item is not None}
+
+
+def _fall_back(
+    io: TableIO, segment: LogSegment, executor: Executor | None, error: CorruptLogError
+) -> Snapshot:
+    assert segment.checkpoint is not None
+    try:
+        older = build_log_segment(io, version_to_load=segment.version, before_checkpoint=segment.checkpoint)
+    except DeltaError:
+        raise error from None
+    logger.warning(
+        "checkpoint %d of %s is unreadable (%s); replaying from %s instead",
+        segment.checkpoint.version,
+        io.table_path,
+        error,
+        f"checkpoint {older.checkpoint.version}" if older.checkpoint else "version 0",
+    )
+    return _load(io, older, executor)
