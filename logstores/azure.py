@@ -6,6 +6,10 @@ uploads are committed whole, so partial writes are never visible. Listing reads 
 prefix (Azure has no start-after parameter). The account comes from the configuration
 (``fs.azure.account.key.<account>...`` or a connection string); ``container@account.host``
 URIs keep their authority in every path this store returns.
+
+Every request has the connect and read timeouts and the attempts of the store's
+:class:`~logstores.timeouts.RequestBounds` (the SDK's defaults are 300 s timeouts and retries
+that wait 15 s and more); see :meth:`AzureLogStore.new_filesystem`.
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ from azure.core.exceptions import (
     ResourceModifiedError,
     ResourceNotFoundError,
     ServiceRequestError,
+    ServiceRequestTimeoutError,
     ServiceResponseError,
+    ServiceResponseTimeoutError,
 )
+from azure.storage.blob.aio import ExponentialRetry
 from fsspec import AbstractFileSystem
 
-from logstores.errors import LogStoreError
+from logstores.errors import BucketNotFoundError, LogStoreError
 from logstores.filesystem import Location, uri_scheme
 from logstores.object_store import (
     AmbiguousWriteError,
@@ -35,6 +42,7 @@ from logstores.object_store import (
     StoredObject,
     put_if_absent_verified,
 )
+from logstores.timeouts import RequestBounds
 
 AZURE_COMMIT_TOKEN_KEY = "delta_commit_token"
 """Blob metadata names must be C# identifiers, hence underscores."""
@@ -51,6 +59,17 @@ class AzureLocation(Location):
         return f"{self.scheme}://{container}{self.authority_suffix}/{key}"
 
 
+class BoundedRetry(ExponentialRetry):
+    """The Blob SDK's retry policy with the attempts and backoff of :class:`RequestBounds`."""
+
+    def __init__(self, bounds: RequestBounds) -> None:
+        super().__init__(retry_total=bounds.attempts - 1, random_jitter_range=0)
+        self.bounds = bounds
+
+    def get_backoff_time(self, settings: dict[str, Any]) -> float:
+        return self.bounds.backoff(max(int(settings.get("count", 1)), 1))
+
+
 class AzureLogStore(ObjectStoreLogStore):
     """Multi-writer safe Azure store: put-if-absent is an ``If-None-Match: *`` upload.
 
@@ -59,8 +78,37 @@ class AzureLogStore(ObjectStoreLogStore):
     """
 
     service = "Azure Blob Storage"
-    sdk_errors = (HttpResponseError, ServiceRequestError, OSError)
+    timeout_service = "azure"
+    sdk_errors = (HttpResponseError, ServiceRequestError, ServiceResponseError, OSError)
+    timeout_errors = (ServiceRequestTimeoutError, ServiceResponseTimeoutError, TimeoutError)
+    unreachable_errors = (ServiceRequestError,)
     endpoint_settings = "the connection string or account settings (spark.delta.logStore.<scheme>.options.*)"
+
+    def filesystem_options(self, scheme: str) -> dict[str, Any]:
+        """The mapped options, plus adlfs' connect and read timeouts from :attr:`request_bounds`."""
+        options = super().filesystem_options(scheme)
+        options.setdefault("connection_timeout", self.request_bounds.connect_timeout_s)
+        options.setdefault("read_timeout", self.request_bounds.read_timeout_s)
+        return options
+
+    def new_filesystem(self, scheme: str, options: dict[str, Any]) -> AbstractFileSystem:
+        """adlfs whose service client has the bounded timeouts and retry policy on every request.
+
+        adlfs passes its timeouts to uploads and downloads only and leaves the SDK's retry policy
+        as it is, so the client it built is rebuilt on the same URL and credential with both.
+        """
+        fs = super().new_filesystem(scheme, options)
+        if isinstance(fs, AzureBlobFileSystem) and not getattr(fs, "_bounded_by_logstore", False):
+            client = fs.service_client
+            fs.service_client = type(client)(
+                client.url,
+                credential=client.credential,
+                connection_timeout=options["connection_timeout"],
+                read_timeout=options["read_timeout"],
+                retry_policy=BoundedRetry(self.request_bounds),
+            )
+            fs._bounded_by_logstore = True
+        return fs
 
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
         if not isinstance(fs, AzureBlobFileSystem):
@@ -88,11 +136,8 @@ class AzureLogStore(ObjectStoreLogStore):
         uri = location.qualify(location.path)
         container = location.path.split("/", 1)[0]
         code = str(getattr(exc, "error_code", "") or "")
-        if isinstance(exc, ServiceRequestError):
-            endpoint = self.custom_endpoint(location.fs) or "(Azure default)"
-            raise LogStoreError(f"cannot reach the Azure endpoint {endpoint} for {uri}: {exc}") from exc
         if code == "ContainerNotFound" or "ContainerNotFound" in str(exc):
-            raise FileNotFoundError(f"Azure container '{container}' does not exist ({uri})") from exc
+            raise BucketNotFoundError.of("Azure container", container, uri) from exc
         if (
             isinstance(exc, ClientAuthenticationError | PermissionError)
             or getattr(exc, "status_code", 0) == 403

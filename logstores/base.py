@@ -9,6 +9,10 @@ must guarantee, for the paths it serves:
    reader sees either no file or the whole file, never part of it.
 3. **Consistent listing**: once a write returned, every later :meth:`LogStore.list_from` of
    the directory shows the file.
+
+Every request a store sends to a remote service is bounded in time (see
+:mod:`logstores.timeouts`): a store never blocks forever, it raises a
+:class:`~logstores.errors.LogStoreError` naming the endpoint and the path.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from types import MappingProxyType
 from typing import IO, Self
 
 from logstores.errors import BinaryAccessUnsupportedError
+
+DEFAULT_TEMP_FILE_AGE_S = 3600.0
+"""How old a temp file must be before :meth:`LogStore.delete_stale_temp_files` takes it for abandoned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +168,16 @@ class LogStore(ABC):
         """A readable, seekable binary stream of the file (used for Parquet checkpoints)."""
         return io.BytesIO(self.read_bytes(path))
 
+    def open_file(self, status: FileStatus) -> IO[bytes]:
+        """:meth:`open_input` of a file whose :class:`FileStatus` the caller has (from a listing).
+
+        Like Hadoop's ``openFile().withFileStatus()``: a store may use ``status.size`` instead of
+        asking the service for it, and choose how to fetch the file (object stores read small
+        files with one GET). ``status.size`` must be the file's current size. The default calls
+        :meth:`open_input` with ``status.path``, so stores written before this method work as they are.
+        """
+        return self.open_input(status.path)
+
     # -- writing -------------------------------------------------------------------------
     @abstractmethod
     def write(self, path: str, actions: Iterable[str], overwrite: bool = False) -> None:
@@ -193,6 +210,19 @@ class LogStore(ABC):
     def delete(self, path: str) -> None:
         """Remove a file the caller owns (temp files, test clean-up). Missing files are ignored."""
         raise NotImplementedError(f"{type(self).__name__} cannot delete {path}")
+
+    def delete_stale_temp_files(
+        self, log_path: str, older_than_s: float = DEFAULT_TEMP_FILE_AGE_S
+    ) -> list[str]:
+        """Remove the temp and probe files that writers which died left in the log directory ``log_path``.
+
+        Only files of this store's own temp naming that were last modified at least
+        ``older_than_s`` seconds ago are removed (a live writer's temp file is seconds old), and
+        never one a commit still needs (an S3DynamoDBLogStore entry waiting for repair). Log cleanup
+        calls this; it is safe to call at any time from any process. Returns the paths removed;
+        a missing directory removes nothing. The default store has no temp files.
+        """
+        return []
 
     # -- listing -------------------------------------------------------------------------
     @abstractmethod

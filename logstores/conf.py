@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from logstores.errors import LogStoreConfError
 
 SPARK_PREFIX = "spark."
 HADOOP_PREFIX = "spark.hadoop."
+
 
 class SparkConfLike(Protocol):
     """``pyspark.SparkConf`` (``getAll()`` method) or ``spark.conf`` (``getAll`` property)."""
@@ -126,22 +127,6 @@ def hadoop_conf(conf: Mapping[str, str]) -> dict[str, str]:
     return result
 
 
-SECRET_MARKERS = ("secret", "password", "token", "key", "credential", "sas", "connection_string")
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a configuration key or storage option name may hold a credential."""
-    lowered = key.lower().replace(".", "_").replace("-", "_")
-    if lowered.endswith(("_impl", "logstore_class", "keyfile_path")):
-        return False
-    return any(marker in lowered for marker in SECRET_MARKERS)
-
-
-def redact(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``options`` with every credential-like value replaced by ``'***'``."""
-    return {key: ("***" if is_secret_key(key) and value else value) for key, value in options.items()}
-
-
 def parse_spark_defaults(text: str) -> dict[str, str]:
     """Parse ``spark-defaults.conf`` (Java properties: ``key value``, ``key=value`` or ``key: value``).
 
@@ -164,7 +149,9 @@ def parse_spark_defaults(text: str) -> dict[str, str]:
             default=-1,
         )
         if separator < 0:
-            raise LogStoreConfError(f"line {number}: {entry!r} has no value (expected 'key value')")
+            raise LogStoreConfError(
+                f"line {number} has no value (expected 'key value'; the line is not shown)"
+            )
         key = entry[:separator].strip()
         value = entry[separator + 1 :].strip()
         if value[:1] in "=:" and entry[separator].isspace():

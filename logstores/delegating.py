@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO
 
-from logstores.base import FileStatus, LineIterator, LogStore
+from logstores.base import DEFAULT_TEMP_FILE_AGE_S, FileStatus, LineIterator, LogStore
 from logstores.conf import get_delta_conf
 from logstores.filesystem import uri_scheme
 from logstores.registry import DEFAULT_SCHEME_STORE, SCHEME_DEFAULTS, load_log_store_class
@@ -33,9 +33,21 @@ class StoreChoice:
         return f"{self.store_class.__module__}.{self.store_class.__qualname__}"
 
 
+def store_scheme(path: str) -> str:
+    """The scheme that chooses ``path``'s store: its URI scheme, ``file`` for a bare local path.
+
+    Delta qualifies every path before choosing a store, so a path without a scheme is a ``file``
+    path there and here: ``spark.delta.logStore.file.impl`` serves it.
+    """
+    return uri_scheme(path) or "file"
+
+
 def choose_store_for_scheme(scheme: str, conf: Mapping[str, str]) -> StoreChoice:
-    """Delta's resolution order for one scheme: the scheme key, the built-in default, HDFS."""
-    scheme = scheme.lower()
+    """Delta's resolution order for one scheme: the scheme key, the built-in default, HDFS.
+
+    The empty scheme (a bare local path) is ``file``.
+    """
+    scheme = scheme.lower() or "file"
     key = log_store_scheme_conf_key(scheme)
     configured = get_delta_conf(conf, key)
     if configured is not None:
@@ -43,8 +55,7 @@ def choose_store_for_scheme(scheme: str, conf: Mapping[str, str]) -> StoreChoice
         return StoreChoice(load_log_store_class(configured, key=spelled), f"{spelled} = {configured}")
     alias = SCHEME_DEFAULTS.get(scheme)
     if alias is not None:
-        label = f"scheme '{scheme}'" if scheme else "paths without a scheme"
-        return StoreChoice(load_log_store_class(alias), f"default for {label}")
+        return StoreChoice(load_log_store_class(alias), f"default for scheme '{scheme}'")
     return StoreChoice(load_log_store_class(DEFAULT_SCHEME_STORE), f"default for other schemes ('{scheme}')")
 
 
@@ -52,7 +63,8 @@ class DelegatingLogStore(LogStore):
     """Routes each call by the path's lower-cased URI scheme.
 
     The store for a scheme comes from ``spark.delta.logStore.<scheme>.impl`` (or the key
-    without ``spark.``), else from the built-in defaults (:data:`logstores.registry.SCHEME_DEFAULTS`),
+    without ``spark.``; bare local paths use the ``file`` key), else from the built-in
+    defaults (:data:`logstores.registry.SCHEME_DEFAULTS`),
     else :class:`~logstores.hdfs.HDFSLogStore`. One store instance per scheme, created on first
     use and cached; every instance gets this store's whole configuration.
     """
@@ -64,11 +76,11 @@ class DelegatingLogStore(LogStore):
 
     def choice_for(self, path: str) -> StoreChoice:
         """Which class serves ``path`` and why, without creating the store."""
-        return choose_store_for_scheme(uri_scheme(path), self.conf)
+        return choose_store_for_scheme(store_scheme(path), self.conf)
 
     def get_delegate(self, path: str) -> LogStore:
-        """The store serving ``path``'s scheme."""
-        scheme = uri_scheme(path)
+        """The store serving ``path``'s scheme (bare local paths are ``file`` paths)."""
+        scheme = store_scheme(path)
         with self._lock:
             store = self._delegates.get(scheme)
             if store is None:
@@ -91,6 +103,9 @@ class DelegatingLogStore(LogStore):
     def open_input(self, path: str) -> IO[bytes]:
         return self.get_delegate(path).open_input(path)
 
+    def open_file(self, status: FileStatus) -> IO[bytes]:
+        return self.get_delegate(status.path).open_file(status)
+
     def write(self, path: str, actions: Iterable[str], overwrite: bool = False) -> None:
         self.get_delegate(path).write(path, actions, overwrite=overwrite)
 
@@ -102,6 +117,11 @@ class DelegatingLogStore(LogStore):
 
     def delete(self, path: str) -> None:
         self.get_delegate(path).delete(path)
+
+    def delete_stale_temp_files(
+        self, log_path: str, older_than_s: float = DEFAULT_TEMP_FILE_AGE_S
+    ) -> list[str]:
+        return self.get_delegate(log_path).delete_stale_temp_files(log_path, older_than_s)
 
     def list_from(self, path: str) -> Iterator[FileStatus]:
         return self.get_delegate(path).list_from(path)
@@ -120,5 +140,5 @@ class DelegatingLogStore(LogStore):
 
     def __repr__(self) -> str:
         with self._lock:
-            routes = ", ".join(f"{scheme or 'file'}: {store!r}" for scheme, store in self._delegates.items())
+            routes = ", ".join(f"{scheme}: {store!r}" for scheme, store in self._delegates.items())
         return f"DelegatingLogStore({{{routes}}})"

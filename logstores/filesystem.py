@@ -7,6 +7,7 @@ import datetime as _dt
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -17,10 +18,12 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from logstores.base import FileStatus, LineIterator, LogStore, encode_actions
-from logstores.conf import redact
+from logstores.base import DEFAULT_TEMP_FILE_AGE_S, FileStatus, LineIterator, LogStore, encode_actions
 from logstores.errors import LogStoreError
+from logstores.log_files import is_temp_file_name, temp_file_name
 from logstores.options import fsspec_protocol, storage_options
+from logstores.redaction import redact
+from logstores.timeouts import RequestBounds, fsspec_timeout_options, request_bounds
 
 logger = logging.getLogger(__name__)
 
@@ -141,15 +144,26 @@ class FileSystemLogStore(LogStore):
     partial_write_visible: ClassVar[bool] = True
     """What :meth:`is_partial_write_visible` answers for every path of this store."""
 
+    timeout_service: ClassVar[str] = "fsspec"
+    """Whose Hadoop timeout keys bound this store's requests (see :mod:`logstores.timeouts`)."""
+
     def __init__(self, conf: Mapping[str, str] | None = None) -> None:
         super().__init__(conf)
+        self.request_bounds: RequestBounds = request_bounds(self.conf, self.timeout_service)
+        """Timeouts and attempts of every request this store sends."""
         self._filesystems: dict[str, AbstractFileSystem] = {}
         self._filesystems_lock = threading.Lock()
 
     # -- filesystem resolution -----------------------------------------------------------
     def filesystem_options(self, scheme: str) -> dict[str, Any]:
-        """The fsspec storage options for ``scheme``; stores may add defaults of their own."""
-        return storage_options(scheme, self.conf)
+        """The fsspec storage options for ``scheme``; stores may add defaults of their own.
+
+        Filesystems that accept timeouts get :attr:`request_bounds` unless the options set them.
+        """
+        options = storage_options(scheme, self.conf)
+        for name, value in fsspec_timeout_options(fsspec_protocol(scheme), self.request_bounds).items():
+            options.setdefault(name, value)
+        return options
 
     def filesystem(self, path: str) -> AbstractFileSystem:
         """The fsspec filesystem serving ``path`` (one instance per scheme, cached)."""
@@ -159,8 +173,12 @@ class FileSystemLogStore(LogStore):
             if fs is None:
                 options = self.filesystem_options(scheme)
                 logger.debug("%s opens %s with %s", type(self).__name__, scheme or "file", redact(options))
-                fs = self._filesystems[scheme] = fsspec.filesystem(fsspec_protocol(scheme), **options)
+                fs = self._filesystems[scheme] = self.new_filesystem(scheme, options)
             return fs
+
+    def new_filesystem(self, scheme: str, options: dict[str, Any]) -> AbstractFileSystem:
+        """Create the filesystem of ``scheme`` from ``options`` (stores may tune the SDK client here)."""
+        return fsspec.filesystem(fsspec_protocol(scheme), **options)
 
     def locate(self, path: str) -> Location:
         """``path`` resolved to its filesystem and that filesystem's path form."""
@@ -232,15 +250,19 @@ class FileSystemLogStore(LogStore):
         """Delta's ``writeWithRename``: write a hidden temp file, then rename it into place.
 
         Safe only where rename-without-overwrite is atomic. The parent must exist (writes never
-        create the log directory); the temp file is removed if the rename did not happen.
+        create the log directory); the temp file is removed if the rename did not happen. On local
+        disk the temp file is synced before it is published and the directory after.
         """
         fs = location.fs
         parent = location.parent
+        if isinstance(fs, LocalFileSystem):
+            publish_local_file(location, data, overwrite)
+            return
         if not fs.isdir(parent):
             raise FileNotFoundError(f"No such file or directory: {location.qualify(parent)}")
         if not overwrite and fs.exists(location.path):
             raise FileExistsError(location.qualify(location.path))
-        temp = f"{parent}/.{location.name}.{uuid.uuid4()}.tmp"
+        temp = f"{parent}/{temp_file_name(location.name, uuid.uuid4().hex)}"
         fs.pipe_file(temp, data)
         renamed = False
         try:
@@ -256,9 +278,6 @@ class FileSystemLogStore(LogStore):
     def _rename_no_overwrite(self, location: Location, temp: str) -> None:
         """Move ``temp`` to ``location`` unless ``location`` exists (then FileExistsError)."""
         fs = location.fs
-        if isinstance(fs, LocalFileSystem):
-            link_into_place(temp, location.path, location.qualify(location.path))
-            return
         with path_lock(location.qualify(location.path)):
             if fs.exists(location.path):
                 raise FileExistsError(location.qualify(location.path))
@@ -271,6 +290,27 @@ class FileSystemLogStore(LogStore):
     def delete(self, path: str) -> None:
         location = self.locate(path)
         _remove_quietly(location.fs, location.path)
+
+    def delete_stale_temp_files(
+        self, log_path: str, older_than_s: float = DEFAULT_TEMP_FILE_AGE_S
+    ) -> list[str]:
+        """Removes ``.<name>.<unique>.tmp`` files (of rename- and link-based writes) older than the bound."""
+        removed = []
+        for status in self._stale_entries(f"{log_path.rstrip('/')}/", older_than_s):
+            if is_temp_file_name(status.name):
+                self.delete(status.path)
+                removed.append(status.path)
+        return removed
+
+    def _stale_entries(self, directory: str, older_than_s: float) -> list[FileStatus]:
+        """Files of ``directory`` (ending in ``/``) whose names start with ``.`` or later, not touched
+        for ``older_than_s`` seconds; none if the directory does not exist."""
+        cutoff_ms = (time.time() - older_than_s) * 1000
+        try:
+            statuses = list(self.list_from(f"{directory}."))
+        except FileNotFoundError:
+            return []
+        return [s for s in statuses if not s.is_dir and s.modification_time <= cutoff_ms]
 
     # -- properties ----------------------------------------------------------------------
     def is_partial_write_visible(self, path: str) -> bool:
@@ -300,6 +340,66 @@ def _remove_quietly(fs: AbstractFileSystem, path: str) -> None:
         pass
     except OSError as exc:  # best effort: a stray temp file is harmless
         logger.warning("could not remove %s: %s", path, exc)
+
+
+def write_local_temp(location: Location, data: bytes) -> str:
+    """Write ``data`` to a new hidden temp file beside ``location`` and sync it to disk; its path.
+
+    The file is created as a plain ``open()`` would create it (mode 0666 less the umask and any
+    default ACL), not 0600 like :func:`tempfile.mkstemp`. Raises :class:`FileNotFoundError`
+    naming the parent if it does not exist.
+    """
+    parent = location.parent
+    temp = os.path.join(parent, temp_file_name(location.name, uuid.uuid4().hex))
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No such file or directory: {location.qualify(parent)}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return temp
+
+
+def fsync_directory(path: str) -> None:
+    """Make a directory's entries (a new or renamed file) durable; a no-op where that is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on directories; the data itself is synced
+        pass
+    finally:
+        os.close(fd)
+
+
+def publish_local_file(location: Location, data: bytes, overwrite: bool) -> None:
+    """Write ``data`` as the local file ``location`` durably and atomically.
+
+    The bytes go to a synced temp file, which is linked into place (put-if-absent: fails with
+    :class:`FileExistsError` if the name exists) or renamed over the target (``overwrite``); then
+    the directory is synced, so a write that returned survives a power loss.
+    """
+    temp = write_local_temp(location, data)
+    display = location.qualify(location.path)
+    if not overwrite:
+        link_into_place(temp, location.path, display)
+    else:
+        try:
+            os.replace(temp, location.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+    fsync_directory(location.parent)
 
 
 def link_into_place(temp: str, target: str, display: str) -> None:

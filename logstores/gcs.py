@@ -4,6 +4,14 @@ Put-if-absent is an upload with ``ifGenerationMatch=0``: GCS refuses it with 412
 exists, so of concurrent writers exactly one succeeds, on any number of machines. Uploads are
 all-or-nothing, so partial writes are never visible. Listing from a name uses the JSON API's
 ``startOffset``, reading only the keys at or after it.
+
+**Bounded requests.** gcsfs sends its requests with ``timeout=requests_timeout``, ``None`` by
+default, which aiohttp takes as no timeout at all (no connect, read or total limit), and its
+retry decorator only runs once a request *fails*. A request whose answer never comes (a stalled
+server, a lost packet on a dead connection) therefore blocks its caller, and with it fsspec's
+``sync``, forever. This store gives every request aiohttp connect and read timeouts from the
+store's :class:`~logstores.timeouts.RequestBounds`, and retries with those bounds
+(:class:`BoundedGCSFileSystem`) instead of gcsfs's fixed six tries over about 30 s of backoff.
 """
 
 from __future__ import annotations
@@ -11,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, NoReturn
 
 from fsspec import AbstractFileSystem
 
-from logstores.errors import LogStoreError
+from logstores.errors import BucketNotFoundError
 from logstores.filesystem import Location
 from logstores.object_store import (
     COMMIT_TOKEN_KEY,
@@ -25,6 +33,7 @@ from logstores.object_store import (
     StoredObject,
     put_if_absent_verified,
 )
+from logstores.timeouts import RequestBounds
 
 # gcsfs otherwise probes every bucket over gRPC for its type (a minute against emulators).
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -32,7 +41,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import aiohttp
 import requests
 from gcsfs import GCSFileSystem
-from gcsfs.retry import HttpError
+from gcsfs.retry import HttpError, is_retriable
 
 LIST_PAGE_SIZE = 1000
 _DEFAULT_ENDPOINT_SUFFIX = ".googleapis.com"
@@ -43,6 +52,39 @@ _AMBIGUOUS = (
     requests.exceptions.ProxyError,  # gcsfs's translation of a 502
 )
 
+RequestFunction = Callable[..., Coroutine[Any, Any, Any]]
+_SINGLE_REQUEST: RequestFunction = getattr(GCSFileSystem._request, "__wrapped__", GCSFileSystem._request)
+"""gcsfs's request without its retry decorator (the decorated one if gcsfs ever drops ``__wrapped__``)."""
+
+
+class BoundedGCSFileSystem(GCSFileSystem):
+    """gcsfs whose requests are retried within ``request_bounds``: its attempts and backoff.
+
+    Only the retry policy differs from gcsfs: the errors retried are gcsfs's own retriable ones
+    (5xx, 408, 429, connection errors, timeouts), never a 404.
+    """
+
+    def __init__(self, *args: Any, request_bounds: RequestBounds, **kwargs: Any) -> None:
+        super().__init__(*args, request_bounds=request_bounds, **kwargs)
+        self.request_bounds = request_bounds
+
+    async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        retry = 0
+        while True:
+            try:
+                return await _SINGLE_REQUEST(self, method, path, *args, **kwargs)
+            except Exception as exc:
+                retry += 1
+                if retry >= self.request_bounds.attempts or not _retriable(exc):
+                    raise
+            await asyncio.sleep(self.request_bounds.backoff(retry))
+
+
+def _retriable(exc: Exception) -> bool:
+    if isinstance(exc, HttpError) and exc.code == 404:
+        return False
+    return is_retriable(exc) or isinstance(exc, asyncio.TimeoutError)
+
 
 class GCSLogStore(ObjectStoreLogStore):
     """Multi-writer safe GCS store: put-if-absent is an ``ifGenerationMatch=0`` upload.
@@ -52,11 +94,29 @@ class GCSLogStore(ObjectStoreLogStore):
     """
 
     service = "GCS"
-    sdk_errors = (OSError, HttpError, aiohttp.ClientError, ValueError)
+    timeout_service = "gcs"
+    sdk_errors = (OSError, HttpError, aiohttp.ClientError, ValueError, asyncio.TimeoutError)
+    timeout_errors = (asyncio.TimeoutError,)
+    unreachable_errors = (aiohttp.ClientConnectorError,)
     endpoint_settings = (
         "fs.gs.storage.root.url, STORAGE_EMULATOR_HOST or spark.delta.logStore.gs.options.endpoint_url"
     )
     list_page_size: int = LIST_PAGE_SIZE
+
+    def filesystem_options(self, scheme: str) -> dict[str, Any]:
+        """The mapped options, plus aiohttp connect and read timeouts from :attr:`request_bounds`."""
+        options = super().filesystem_options(scheme)
+        bounds = self.request_bounds
+        options.setdefault(
+            "requests_timeout",
+            aiohttp.ClientTimeout(
+                total=None, sock_connect=bounds.connect_timeout_s, sock_read=bounds.read_timeout_s
+            ),
+        )
+        return options
+
+    def new_filesystem(self, scheme: str, options: dict[str, Any]) -> AbstractFileSystem:
+        return BoundedGCSFileSystem(request_bounds=self.request_bounds, **options)
 
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
         if not isinstance(fs, GCSFileSystem):
@@ -64,12 +124,12 @@ class GCSLogStore(ObjectStoreLogStore):
         location = str(fs._location)
         return location if location and not location.rstrip("/").endswith(_DEFAULT_ENDPOINT_SUFFIX) else None
 
+    def endpoint_url(self, fs: AbstractFileSystem) -> str | None:
+        return str(getattr(fs, "_location", "") or "") or None
+
     # -- errors ------------------------------------------------------------------------------
     def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
         uri = location.qualify(location.path)
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            endpoint = self.custom_endpoint(location.fs) or "(Google default)"
-            raise LogStoreError(f"cannot reach the GCS endpoint {endpoint} for {uri}: {exc}") from exc
         message = str(exc)
         denied = getattr(exc, "code", 0) in (401, 403) or message.startswith("Forbidden")
         if denied or isinstance(exc, PermissionError):
@@ -83,12 +143,12 @@ class GCSLogStore(ObjectStoreLogStore):
     def _already_clear(self, exc: BaseException) -> bool:
         return super()._already_clear(exc) or isinstance(exc, FileNotFoundError)
 
-    def _missing_bucket(self, location: Location) -> FileNotFoundError | None:
+    def _missing_bucket(self, location: Location) -> BucketNotFoundError | None:
         bucket = location.path.split("/", 1)[0]
-        with contextlib.suppress(OSError, HttpError, ValueError):
+        with contextlib.suppress(OSError, HttpError, ValueError, asyncio.TimeoutError):
             if location.fs.exists(bucket):
                 return None
-        return FileNotFoundError(f"GCS bucket '{bucket}' does not exist ({location.qualify(location.path)})")
+        return BucketNotFoundError.of("GCS bucket", bucket, location.qualify(location.path))
 
     # -- reading -----------------------------------------------------------------------------
     def _read_back(self, location: Location) -> StoredObject | None:

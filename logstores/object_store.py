@@ -12,15 +12,25 @@ fails with a precondition failure or an ambiguous error, the store re-reads the 
 * the object carries another token -> :class:`FileExistsError` (another writer won);
 * the object is absent -> the put is retried (up to :data:`MAX_PUT_ATTEMPTS` times).
 
-**Endpoints.** A custom endpoint (emulator, S3-compatible service) is probed with one TCP
-connect when a store first uses it, so an unreachable endpoint fails within
-:data:`CONNECT_TIMEOUT_S` with a :class:`~logstores.errors.LogStoreError` naming it, instead
-of after the SDKs' retry schedules.
+**Endpoints and time.** A custom endpoint (emulator, S3-compatible service) is probed with one
+TCP connect when a store first uses it, so an unreachable endpoint fails within the connect
+timeout with an :class:`~logstores.errors.EndpointUnreachableError` naming it, instead of after
+the SDKs' retry schedules. Every request is bounded by the store's
+:class:`~logstores.timeouts.RequestBounds`; a request that gets no answer in any attempt raises
+:class:`~logstores.errors.RequestTimeoutError` naming the endpoint (``host:port``) and the path.
+
+**Reads.** A small object is read with one GET and no HEAD; :meth:`ObjectStoreLogStore.open_file`
+uses the size from the listing, so a checkpoint up to :data:`SINGLE_GET_LIMIT` bytes costs one
+GET and a larger one ranged GETs, never a HEAD.
+
+**Temporary objects.** Writers that die can leave probe and temp objects under
+``_delta_log/.tmp/``; :meth:`ObjectStoreLogStore.delete_stale_temp_files` removes old ones.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import socket
 import threading
@@ -28,13 +38,14 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar, NoReturn
-from urllib.parse import urlsplit
 
 from fsspec import AbstractFileSystem
 
-from logstores.base import LineIterator
-from logstores.errors import LogStoreError
+from logstores.base import DEFAULT_TEMP_FILE_AGE_S, FileStatus, LineIterator
+from logstores.errors import EndpointUnreachableError, LogStoreError, RequestTimeoutError
 from logstores.filesystem import FileSystemLogStore, Location
+from logstores.redaction import redact_url, scrub
+from logstores.timeouts import endpoint_address
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +53,10 @@ COMMIT_TOKEN_KEY = "delta-commit-token"
 """Object metadata key holding the writer's commit token."""
 
 MAX_PUT_ATTEMPTS = 3
-CONNECT_TIMEOUT_S = 5.0
+SINGLE_GET_LIMIT = 64 * 1024 * 1024
+"""Files up to this size are opened by :meth:`ObjectStoreLogStore.open_file` with one whole GET."""
+TEMP_DIR = ".tmp"
+"""The directory under ``_delta_log`` holding temp and probe objects of the object stores."""
 
 
 class AmbiguousWriteError(LogStoreError):
@@ -95,16 +109,16 @@ def put_if_absent_verified(
     ) from last
 
 
-def check_endpoint_reachable(endpoint: str, service: str, settings: str) -> None:
-    """Raise :class:`LogStoreError` naming ``endpoint`` if no TCP connection can be opened to it."""
-    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+def check_endpoint_reachable(endpoint: str, service: str, settings: str, timeout_s: float) -> None:
+    """Raise :class:`EndpointUnreachableError` naming ``endpoint`` if no TCP connection opens in time."""
+    host, _, port = endpoint_address(endpoint).rpartition(":")
     try:
-        socket.create_connection((parts.hostname or "", port), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise LogStoreError(
-            f"cannot reach the {service} endpoint {endpoint}: {reason} (set by {settings})"
+        raise EndpointUnreachableError(
+            f"cannot reach the {service} endpoint {redact_url(endpoint)} ({host}:{port}): {reason} "
+            f"(set by {settings})"
         ) from None
 
 
@@ -133,6 +147,10 @@ class ObjectStoreLogStore(FileSystemLogStore):
 
     sdk_errors: ClassVar[tuple[type[BaseException], ...]] = (OSError,)
     """The exceptions of this store's SDK that :meth:`_translated` turns into clear ones."""
+    timeout_errors: ClassVar[tuple[type[BaseException], ...]] = (TimeoutError,)
+    """SDK exceptions meaning that a request got no answer in time (after the SDK's retries)."""
+    unreachable_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """SDK exceptions meaning that no connection could be made to the endpoint."""
 
     @contextlib.contextmanager
     def _translated(self, location: Location) -> Iterator[None]:
@@ -142,7 +160,35 @@ class ObjectStoreLogStore(FileSystemLogStore):
         except self.sdk_errors as exc:
             if self._already_clear(exc):
                 raise
+            if isinstance(exc, self.timeout_errors):
+                raise self.timeout_error(location, exc) from exc
+            if isinstance(exc, self.unreachable_errors):
+                raise self.unreachable_error(location, exc) from exc
             self._raise_translated(exc, location)
+
+    def endpoint_url(self, fs: AbstractFileSystem) -> str | None:
+        """The URL of the endpoint ``fs`` talks to (the custom one, else the SDK's default if known)."""
+        return self.custom_endpoint(fs)
+
+    def endpoint_address(self, fs: AbstractFileSystem) -> str:
+        """``host:port`` of the endpoint ``fs`` talks to, for error messages."""
+        return endpoint_address(self.endpoint_url(fs), default=f"the default {self.service} endpoint")
+
+    def timeout_error(self, location: Location, exc: BaseException) -> RequestTimeoutError:
+        """The error for a request on ``location`` that timed out in every attempt."""
+        return RequestTimeoutError(
+            f"{self.service} request for {location.qualify(location.path)} to "
+            f"{self.endpoint_address(location.fs)} timed out ({self.request_bounds.describe()}; "
+            f"set delta.logstores.requestTimeoutMs to change): {scrub(str(exc) or type(exc).__name__)}"
+        )
+
+    def unreachable_error(self, location: Location, exc: BaseException) -> EndpointUnreachableError:
+        """The error for a request on ``location`` whose endpoint refused or dropped every connection."""
+        return EndpointUnreachableError(
+            f"cannot reach the {self.service} endpoint {self.endpoint_address(location.fs)} for "
+            f"{location.qualify(location.path)}: {scrub(str(exc) or type(exc).__name__)} "
+            f"(set by {self.endpoint_settings})"
+        )
 
     def _already_clear(self, exc: BaseException) -> bool:
         """Whether ``exc`` already says what happened (raised unchanged by :meth:`_translated`)."""
@@ -158,7 +204,9 @@ class ObjectStoreLogStore(FileSystemLogStore):
         if endpoint and endpoint not in self._probed:
             with self._probe_lock:
                 if endpoint not in self._probed:
-                    check_endpoint_reachable(endpoint, self.service, self.endpoint_settings)
+                    check_endpoint_reachable(
+                        endpoint, self.service, self.endpoint_settings, self.request_bounds.connect_timeout_s
+                    )
                     self._probed.add(endpoint)
         return fs
 
@@ -175,9 +223,38 @@ class ObjectStoreLogStore(FileSystemLogStore):
     def read_bytes(self, path: str) -> bytes:
         location = self.locate(path)
         with self._translated(location):
-            return location.fs.cat_file(location.path)
+            return self._get_bytes(location)
+
+    def _get_bytes(self, location: Location) -> bytes:
+        """The whole object with one GET (no HEAD); :class:`FileNotFoundError` if it is missing."""
+        return location.fs.cat_file(location.path)
 
     def open_input(self, path: str) -> IO[bytes]:
         location = self.locate(path)
         with self._translated(location):
             return location.fs.open(location.path, "rb")
+
+    def open_file(self, status: FileStatus) -> IO[bytes]:
+        """One GET for a file up to :data:`SINGLE_GET_LIMIT` bytes, else ranged GETs; never a HEAD."""
+        if status.size <= SINGLE_GET_LIMIT:
+            return io.BytesIO(self.read_bytes(status.path))
+        location = self.locate(status.path)
+        with self._translated(location):
+            return location.fs.open(location.path, "rb", size=status.size)
+
+    # -- temporary objects -------------------------------------------------------------------
+    def delete_stale_temp_files(
+        self, log_path: str, older_than_s: float = DEFAULT_TEMP_FILE_AGE_S
+    ) -> list[str]:
+        """Also removes old objects under ``_delta_log/.tmp/`` (temp files and probes of dead writers)."""
+        removed = super().delete_stale_temp_files(log_path, older_than_s)
+        temp_dir = f"{log_path.rstrip('/')}/{TEMP_DIR}"
+        for status in self._stale_entries(f"{temp_dir}/", older_than_s):
+            if self._may_delete_temp_object(status):
+                self.delete(status.path)
+                removed.append(status.path)
+        return removed
+
+    def _may_delete_temp_object(self, status: FileStatus) -> bool:
+        """Whether an old object under ``.tmp/`` is garbage (stores whose protocol needs some say no)."""
+        return True

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 
 from logstores.base import LogStore
 from logstores.conf import ConfLike, get_delta_conf, to_conf_dict
-from logstores.delegating import DelegatingLogStore, StoreChoice, choose_store_for_scheme
+from logstores.delegating import DelegatingLogStore, StoreChoice, choose_store_for_scheme, store_scheme
 from logstores.errors import LogStoreConfError
-from logstores.filesystem import uri_scheme
 from logstores.registry import canonical_alias, load_log_store_class
 
 LOG_STORE_CLASS_KEY = "spark.delta.logStore.class"
@@ -35,7 +34,7 @@ def explain_log_store(uri: str, conf: ConfLike | None = None) -> StoreChoice:
     settings = to_conf_dict(conf)
     class_name = _validated_class_name(settings)
     if class_name is None or canonical_alias(class_name) == "delegating":
-        return choose_store_for_scheme(uri_scheme(uri), settings)
+        return choose_store_for_scheme(store_scheme(uri), settings)
     key = _spelled(settings, LOG_STORE_CLASS_KEY)
     return StoreChoice(load_log_store_class(class_name, key=key), f"{key} = {class_name}")
 

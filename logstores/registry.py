@@ -69,10 +69,11 @@ SCHEME_DEFAULTS: dict[str, str] = {
     "wasbs": "azure",
     "gs": "gcs",
     "file": "local",
-    "": "local",
     "memory": "memory",
 }
-"""URI scheme -> alias of the store used when no ``spark.delta.logStore.<scheme>.impl`` is set."""
+"""URI scheme -> alias of the store used when no ``spark.delta.logStore.<scheme>.impl`` is set.
+
+A bare local path has the scheme ``file`` (see :func:`logstores.delegating.store_scheme`)."""
 
 DEFAULT_SCHEME_STORE = "hdfs"
 """Alias of the store for schemes missing from :data:`SCHEME_DEFAULTS`."""

@@ -32,15 +32,17 @@ from fsspec import AbstractFileSystem
 from s3fs import S3FileSystem
 
 from logstores.conf import get_delta_conf
-from logstores.errors import ConditionalWriteUnsupportedError, LogStoreError
+from logstores.errors import BucketNotFoundError, ConditionalWriteUnsupportedError
 from logstores.filesystem import Location, path_lock
 from logstores.object_store import (
     COMMIT_TOKEN_KEY,
+    TEMP_DIR,
     AmbiguousWriteError,
     ObjectStoreLogStore,
     StoredObject,
     put_if_absent_verified,
 )
+from logstores.redaction import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,9 @@ VERIFY_CONDITIONAL_WRITES_KEY = "spark.delta.logStore.s3.verifyConditionalWrites
 ``If-None-Match`` (3 requests per bucket and store)."""
 
 LIST_PAGE_SIZE = 1000
-_UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError)
+TIMEOUT_ERRORS = (ReadTimeoutError, ConnectTimeoutError, TimeoutError)
+"""botocore (and fsspec) exceptions of a request that got no answer in time."""
+UNREACHABLE_ERRORS = (EndpointConnectionError,)
 _AMBIGUOUS = (ReadTimeoutError, ConnectionClosedError, TimeoutError)
 _DENIED_CODES = {
     "AccessDenied",
@@ -73,6 +77,27 @@ def key_before(name: str) -> str | None:
     return data.decode("utf-8", errors="surrogateescape")
 
 
+def _drop_expect_header(params: dict[str, Any], **_: Any) -> None:
+    """Send request bodies at once instead of waiting for ``100 Continue`` first.
+
+    botocore asks for ``Expect: 100-continue`` on ``PutObject`` (and other uploads); aiohttp then
+    waits for the interim answer with no timeout at all, so a server that never answers blocks
+    the put forever (the read timeout starts only after that wait). Log files are small: sending
+    them at once also saves a round trip per put.
+    """
+    params.get("headers", {}).pop("Expect", None)
+
+
+async def _client(fs: S3FileSystem, bucket: str | None) -> Any:
+    """s3fs's aiobotocore client for ``bucket``, with :func:`_drop_expect_header` registered once."""
+    await fs.set_session()
+    client = await fs.get_s3(bucket)
+    if not getattr(client, "_delta_no_expect", False):
+        client.meta.events.register_last("before-call.s3", _drop_expect_header)
+        client._delta_no_expect = True
+    return client
+
+
 def error_code(exc: BaseException) -> tuple[str, int]:
     """(code, HTTP status) of a botocore ClientError, also when wrapped by s3fs."""
     for candidate in (exc, exc.__cause__):
@@ -87,42 +112,55 @@ class S3BaseLogStore(ObjectStoreLogStore):
     """Reading, listing, overwriting and error reporting shared by the S3 stores."""
 
     service = "S3"
-    sdk_errors = (ClientError, OSError, *_UNREACHABLE)
+    timeout_service = "s3"
+    sdk_errors = (ClientError, OSError, *TIMEOUT_ERRORS, *UNREACHABLE_ERRORS)
+    timeout_errors = TIMEOUT_ERRORS
+    unreachable_errors = UNREACHABLE_ERRORS
     endpoint_settings = "fs.s3a.endpoint or spark.delta.logStore.<scheme>.options.endpoint_url"
     list_page_size: int = LIST_PAGE_SIZE
 
     def filesystem_options(self, scheme: str) -> dict[str, Any]:
-        """The mapped options, plus a bounded connect timeout and retries."""
+        """The mapped options, plus botocore's timeouts and attempts from :attr:`request_bounds`."""
         options = super().filesystem_options(scheme)
+        bounds = self.request_bounds
         config = dict(options.get("config_kwargs") or {})
-        config.setdefault("connect_timeout", 10)
-        config.setdefault("retries", {"total_max_attempts": 3, "mode": "standard"})
+        config.setdefault("connect_timeout", bounds.connect_timeout_s)
+        config.setdefault("read_timeout", bounds.read_timeout_s)
+        config.setdefault("retries", {"total_max_attempts": bounds.attempts, "mode": "standard"})
         options["config_kwargs"] = config
         return options
+
+    def new_filesystem(self, scheme: str, options: dict[str, Any]) -> AbstractFileSystem:
+        """s3fs with one retry layer: botocore's bounded attempts, not s3fs's five tries around them."""
+        fs = super().new_filesystem(scheme, options)
+        if isinstance(fs, S3FileSystem):
+            fs.retries = 1
+        return fs
 
     def custom_endpoint(self, fs: AbstractFileSystem) -> str | None:
         if not isinstance(fs, S3FileSystem):
             return None
         return fs.endpoint_url or fs.client_kwargs.get("endpoint_url")
 
+    def endpoint_url(self, fs: AbstractFileSystem) -> str | None:
+        client = getattr(fs, "_s3", None)
+        return self.custom_endpoint(fs) or getattr(getattr(client, "meta", None), "endpoint_url", None)
+
     # -- errors ------------------------------------------------------------------------------
     def _endpoint_name(self, fs: AbstractFileSystem) -> str:
-        return self.custom_endpoint(fs) or "(AWS default)"
+        custom = self.custom_endpoint(fs)
+        return redact_url(custom) if custom else self.endpoint_address(fs)
 
     def _raise_translated(self, exc: BaseException, location: Location) -> NoReturn:
         """Re-raise ``exc`` as a clear error naming the path, bucket or endpoint."""
         uri = location.qualify(location.path)
         bucket = location.path.split("/", 1)[0]
         code, status = error_code(exc)
-        if isinstance(exc, _UNREACHABLE):
-            raise LogStoreError(
-                f"cannot reach the S3 endpoint {self._endpoint_name(location.fs)} for {uri}: {exc}"
-            ) from exc
         if code == "NoSuchBucket":
-            raise FileNotFoundError(f"S3 bucket '{bucket}' does not exist ({uri})") from exc
+            raise BucketNotFoundError.of("S3 bucket", bucket, uri) from exc
         if code in _DENIED_CODES or status == 403 or isinstance(exc, PermissionError):
             raise PermissionError(
-                f"access to {uri} was denied by {self._endpoint_name(location.fs)} ({code or exc}); "
+                f"access to {uri} was denied by {self._endpoint_name(location.fs)} ({code or status}); "
                 "check fs.s3a.access.key, fs.s3a.secret.key and fs.s3a.session.token"
             ) from exc
         if code in ("NoSuchKey", "404") or isinstance(exc, FileNotFoundError):
@@ -137,29 +175,39 @@ class S3BaseLogStore(ObjectStoreLogStore):
         fs = location.fs
 
         async def call() -> Any:
-            await fs.set_session()
-            client = await fs.get_s3(kwargs.get("Bucket"))
+            client = await _client(fs, kwargs.get("Bucket"))
             bound = getattr(client, method)
             return await bound(**fs._get_s3_method_kwargs(bound, **kwargs))
 
         return fsspec.asyn.sync(fs.loop, call)
 
     # -- reading -----------------------------------------------------------------------------
+    def _get_object(self, location: Location) -> StoredObject:
+        """One ``GetObject`` (no HEAD first, unlike s3fs' ``cat_file``): the object's token and bytes."""
+        fs = location.fs
+        bucket, key, _ = fs.split_path(location.path)
+
+        async def get() -> StoredObject:
+            client = await _client(fs, bucket)
+            response = await client.get_object(
+                **fs._get_s3_method_kwargs(client.get_object, Bucket=bucket, Key=key)
+            )
+            async with response["Body"] as stream:
+                data = await stream.read()
+            return StoredObject(response.get("Metadata", {}).get(COMMIT_TOKEN_KEY), data)
+
+        return fsspec.asyn.sync(fs.loop, get)
+
+    def _get_bytes(self, location: Location) -> bytes:
+        return self._get_object(location).data
+
     def _read_back(self, location: Location) -> StoredObject | None:
-        bucket, key, _ = location.fs.split_path(location.path)
         try:
-            response = self._call(location, "get_object", Bucket=bucket, Key=key)
+            return self._get_object(location)
         except ClientError as exc:
             if error_code(exc)[0] in ("NoSuchKey", "404"):
                 return None
             self._raise_translated(exc, location)
-
-        async def body() -> bytes:
-            async with response["Body"] as stream:
-                return await stream.read()
-
-        data = fsspec.asyn.sync(location.fs.loop, body)
-        return StoredObject(response.get("Metadata", {}).get(COMMIT_TOKEN_KEY), data)
 
     # -- listing -----------------------------------------------------------------------------
     def _list_dir(self, location: Location) -> list[dict[str, Any]]:
@@ -200,12 +248,13 @@ class S3BaseLogStore(ObjectStoreLogStore):
     def _object_exists(self, location: Location) -> bool:
         """Whether the object exists: one HEAD request (s3fs' ``exists`` may list as well)."""
         bucket, key, _ = location.fs.split_path(location.path)
-        try:
-            self._call(location, "head_object", Bucket=bucket, Key=key)
-        except ClientError as exc:
-            if error_code(exc)[1] == 404 and error_code(exc)[0] != "NoSuchBucket":
-                return False
-            self._raise_translated(exc, location)
+        with self._translated(location):
+            try:
+                self._call(location, "head_object", Bucket=bucket, Key=key)
+            except ClientError as exc:
+                if error_code(exc)[1] == 404 and error_code(exc)[0] != "NoSuchBucket":
+                    return False
+                raise
         return True
 
     def _prefix_exists(self, fs: AbstractFileSystem, bucket: str, prefix: str) -> bool:
@@ -294,19 +343,27 @@ class S3LogStore(S3BaseLogStore):
                 return
             _, key, _ = location.fs.split_path(location.path)
             parent = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
-            probe = f"{parent}.tmp/.conditional-write-check.{uuid.uuid4().hex}"
+            probe = f"{parent}{TEMP_DIR}/.conditional-write-check.{uuid.uuid4().hex}"
+            written = False
             with self._translated(location):
                 try:
                     self._conditional_put(location, bucket, probe, b"", {})
+                    written = True
                     try:
                         self._conditional_put(location, bucket, probe, b"", {})
                     except FileExistsError:
                         self._verified_buckets.add(bucket)
                         return
                     raise self._unsupported(location, "a second conditional put of the same key succeeded")
+                except AmbiguousWriteError as exc:
+                    cause = exc.__cause__ or exc
+                    if isinstance(cause, TIMEOUT_ERRORS):
+                        raise self.timeout_error(location, cause) from exc
+                    raise
                 finally:
-                    with contextlib.suppress(ClientError, OSError):
-                        self._call(location, "delete_object", Bucket=bucket, Key=probe)
+                    if written:  # else left to delete_stale_temp_files: the endpoint may not answer
+                        with contextlib.suppress(ClientError, OSError, *TIMEOUT_ERRORS):
+                            self._call(location, "delete_object", Bucket=bucket, Key=probe)
 
 
 class S3SingleDriverLogStore(S3BaseLogStore):

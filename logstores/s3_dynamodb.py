@@ -19,9 +19,18 @@ Writing ``N.json`` with ``overwrite=False``:
 3. copy ``T(N)`` to ``N.json``; 4. mark ``E`` complete with ``expireTime = now + ttl``.
 
 Errors in steps 3-4 are logged and swallowed: the commit is durable once step 2 succeeded, and
-any later writer (step 1) or :meth:`~S3DynamoDBLogStore.list_from` of the log repairs it by
-copying ``T(N)`` when ``N.json`` is missing and marking the entry complete. Unlike Delta on the
-JVM, temp files are deleted once their entry is complete (and by writers that lost step 2).
+any later writer repairs it (Delta's ``fixDeltaLog``) by copying ``T(N)`` when ``N.json`` is
+missing and marking the entry complete: a writer of ``N+1`` in step 1, a writer that lost step 2
+for ``N`` at once (so it then finds ``N.json``, checks it for conflicts and moves on to ``N+1``),
+and :meth:`~S3DynamoDBLogStore.list_from` of the log. Unlike Delta on the JVM, temp files are
+deleted once their entry is complete (and by writers that lost step 2).
+
+The conditional put of step 2 may time out after DynamoDB applied it; the SDK's retry then fails
+its condition. The entry's ``tempPath`` holds a random UUID, so the writer reads the entry back:
+its own temp path means its commit landed. DynamoDB requests have the bounds of
+:mod:`logstores.timeouts` (S3 keys); a request without answer or an endpoint that refuses
+connections raises :class:`~logstores.errors.RequestTimeoutError` or
+:class:`~logstores.errors.EndpointUnreachableError` naming the DynamoDB endpoint and the path.
 
 Configuration, each key with the prefix ``spark.io.delta.storage.S3DynamoDBLogStore.`` or
 ``io.delta.storage.S3DynamoDBLogStore.`` (both set to different values is an error):
@@ -45,15 +54,23 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 
 from logstores.base import FileStatus
 from logstores.conf import get_delta_conf, hadoop_conf
-from logstores.errors import LogStoreConfError, LogStoreError
+from logstores.errors import EndpointUnreachableError, LogStoreConfError, LogStoreError, RequestTimeoutError
 from logstores.filesystem import Location, path_lock
 from logstores.log_files import delta_file_name, delta_version
-from logstores.object_store import check_endpoint_reachable
+from logstores.object_store import TEMP_DIR, check_endpoint_reachable
+from logstores.redaction import redact_url, scrub
 from logstores.s3 import S3BaseLogStore, error_code
+from logstores.timeouts import endpoint_address
 
 logger = logging.getLogger(__name__)
 
@@ -189,10 +206,20 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         """The boto3 DynamoDB client; the table is created on first use if missing."""
         with self._client_lock:
             if self._client is None:
+                bounds = self.request_bounds
                 if self.endpoint:
-                    check_endpoint_reachable(self.endpoint, "DynamoDB", f"{SPARK_CONF_PREFIX}{DDB_ENDPOINT}")
+                    check_endpoint_reachable(
+                        self.endpoint,
+                        "DynamoDB",
+                        f"{SPARK_CONF_PREFIX}{DDB_ENDPOINT}",
+                        bounds.connect_timeout_s,
+                    )
                 credentials = self._credentials if self._credentials["aws_access_key_id"] else {}
-                config = Config(connect_timeout=10, retries={"total_max_attempts": 3, "mode": "standard"})
+                config = Config(
+                    connect_timeout=bounds.connect_timeout_s,
+                    read_timeout=bounds.read_timeout_s,
+                    retries={"total_max_attempts": bounds.attempts, "mode": "standard"},
+                )
                 client = boto3.session.Session().client(
                     "dynamodb",
                     region_name=self.region,
@@ -200,8 +227,7 @@ class S3DynamoDBLogStore(S3BaseLogStore):
                     config=config,
                     **credentials,
                 )
-                with self._dynamodb_errors():
-                    self._ensure_table(client)
+                self._ensure_table(client)  # errors are named by the caller's _dynamodb_errors
                 self._client = client
             return self._client
 
@@ -258,36 +284,68 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         except ClientError as exc:  # TTL is housekeeping only
             logger.warning("could not enable TTL on DynamoDB table `%s`: %s", self.table_name, exc)
 
+    @property
+    def dynamodb_address(self) -> str:
+        """``host:port`` of the DynamoDB endpoint (the configured one, else the region's)."""
+        default = f"dynamodb.{self.region}.amazonaws.com:443"
+        client = self._client
+        url = self.endpoint or getattr(getattr(client, "meta", None), "endpoint_url", None)
+        return endpoint_address(url, default=default)
+
     @contextlib.contextmanager
-    def _dynamodb_errors(self) -> Iterator[None]:
-        """Credential and missing-table errors named with the table and region."""
+    def _dynamodb_errors(self, path: str | None = None) -> Iterator[None]:
+        """DynamoDB errors named with the table, region, endpoint and the log file concerned."""
+        where = f"DynamoDB table `{self.table_name}` in {self.region}"
+        concerning = f" for {path}" if path else ""
         try:
             yield
         except ClientError as exc:
             code, status = error_code(exc)
-            where = f"DynamoDB table `{self.table_name}` in {self.region}"
             if code in _DENIED_CODES or status == 403:
                 raise PermissionError(
-                    f"access to {where} was denied ({code}); check the AWS credentials"
+                    f"access to {where} was denied ({code}){concerning}; check the AWS credentials"
                 ) from exc
             if code == "ResourceNotFoundException":
                 raise LogStoreError(f"{where} does not exist (was it deleted?)") from exc
             raise
+        except (ReadTimeoutError, ConnectTimeoutError, ConnectionClosedError) as exc:
+            raise RequestTimeoutError(
+                f"DynamoDB request{concerning} to {self.dynamodb_address} ({where}) got no answer "
+                f"({self.request_bounds.describe()}; set delta.logstores.requestTimeoutMs to change): "
+                f"{scrub(str(exc))}"
+            ) from exc
+        except EndpointConnectionError as exc:
+            endpoint = redact_url(self.endpoint) if self.endpoint else self.dynamodb_address
+            raise EndpointUnreachableError(
+                f"cannot reach the DynamoDB endpoint {self.dynamodb_address} ({endpoint}){concerning}: "
+                f"{scrub(str(exc))} (set by {SPARK_CONF_PREFIX}{DDB_ENDPOINT})"
+            ) from exc
 
     def put_external_entry(self, entry: ExternalCommitEntry, overwrite: bool) -> None:
-        """Put the item; unless ``overwrite``, only if absent (else :class:`FileExistsError`)."""
+        """Put the item; unless ``overwrite``, only if absent (else :class:`FileExistsError`).
+
+        A conditional put whose condition failed is read back: if the stored entry is this very
+        one (same temp path, so an earlier attempt of this request was applied and its answer
+        lost), the put succeeded.
+        """
         request: dict[str, Any] = {"TableName": self.table_name, "Item": entry.to_item()}
         if not overwrite:
             request["ConditionExpression"] = f"attribute_not_exists({ATTR_FILE_NAME})"
         try:
-            with self._dynamodb_errors():
+            with self._dynamodb_errors(entry.absolute_file_path):
                 self.client.put_item(**request)
-        except self.client.exceptions.ConditionalCheckFailedException:
+        except ClientError as exc:
+            if error_code(exc)[0] != "ConditionalCheckFailedException":
+                raise
+            stored = self.get_external_entry(entry.table_path, entry.file_name)
+            if stored is not None and stored.temp_path == entry.temp_path:
+                logger.info("the entry of %s had been put by an earlier attempt", entry.absolute_file_path)
+                return
             raise FileExistsError(entry.absolute_file_path) from None
 
     def get_external_entry(self, table_path: str, file_name: str) -> ExternalCommitEntry | None:
         """The entry of ``file_name`` (consistent read), or ``None``."""
-        with self._dynamodb_errors():
+        with self._dynamodb_errors(f"{table_path}/{DELTA_LOG_DIR}/{file_name}"):
             response = self.client.get_item(
                 TableName=self.table_name,
                 Key={ATTR_TABLE_PATH: {"S": table_path}, ATTR_FILE_NAME: {"S": file_name}},
@@ -298,7 +356,7 @@ class S3DynamoDBLogStore(S3BaseLogStore):
 
     def get_latest_external_entry(self, table_path: str) -> ExternalCommitEntry | None:
         """The entry with the greatest ``fileName`` of the table (consistent query), or ``None``."""
-        with self._dynamodb_errors():
+        with self._dynamodb_errors(f"{table_path}/{DELTA_LOG_DIR}"):
             response = self.client.query(
                 TableName=self.table_name,
                 KeyConditionExpression=f"{ATTR_TABLE_PATH} = :table",
@@ -327,22 +385,27 @@ class S3DynamoDBLogStore(S3BaseLogStore):
             self._overwrite(location, data)
             return
         target = location.qualify(location.path)
-        with path_lock(target):
-            self._commit(location, target, data)
+        try:
+            with path_lock(target):
+                self._commit(location, target, data)
+        except _EntryTakenError:
+            self._repair_winner(_table_path(target), location.name, target)  # outside our path lock
+            raise FileExistsError(target) from None
 
     def _commit(self, location: Location, target: str, data: bytes) -> None:
+        """Steps 0-4 of the protocol; raises :class:`_EntryTakenError` if another writer holds the entry."""
         if self._object_exists(location):
             raise FileExistsError(target)
         table_path = _table_path(target)
         self._check_previous(location, table_path, target)
         name = location.name
-        entry = ExternalCommitEntry(table_path, name, f".tmp/{name}.{uuid.uuid4()}", complete=False)
+        entry = ExternalCommitEntry(table_path, name, f"{TEMP_DIR}/{name}.{uuid.uuid4()}", complete=False)
         self._overwrite(self.locate(entry.absolute_temp_path), data)
         try:
             self.put_external_entry(entry, overwrite=False)
         except FileExistsError:
             self._delete_quietly(entry.absolute_temp_path)
-            raise
+            raise _EntryTakenError(target) from None
         try:
             self.write_copy_temp_file(entry, target, data)
             self.write_put_complete_entry(entry)
@@ -373,6 +436,24 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         entry = self.get_external_entry(table_path, location.name)
         if entry is not None and entry.complete and not self._exists(target):
             raise LogStoreError(f"Old entries for table {table_path} still exist in the external log store")
+
+    def _repair_winner(self, table_path: str, name: str, target: str) -> None:
+        """After losing the entry of ``name``: complete the winner's commit if it is still incomplete.
+
+        The winner may have died before copying its temp file to ``name`` (Delta's ``fixDeltaLog``
+        case). Repairing it here means the caller, on its ``FileExistsError``, finds the file and
+        checks it for conflicts instead of taking the version for free and losing the entry again.
+        """
+        winner = self.get_external_entry(table_path, name)
+        if winner is None or winner.complete:
+            return
+        try:
+            self.fix_delta_log(winner)
+        except Exception as exc:
+            raise LogStoreError(
+                f"{target} is committed in {self.table_name} by another writer, which did not finish "
+                f"writing it, and it could not be repaired from {winner.absolute_temp_path}: {exc}"
+            ) from exc
 
     def fix_delta_log(self, entry: ExternalCommitEntry) -> None:
         """Complete an interrupted commit: copy ``T(N)`` to ``N.json`` if missing, mark complete."""
@@ -422,6 +503,16 @@ class S3DynamoDBLogStore(S3BaseLogStore):
     def _exists(self, path: str) -> bool:
         return self._object_exists(self.locate(path))
 
+    def _may_delete_temp_object(self, status: FileStatus) -> bool:
+        """A temp file is garbage unless an incomplete entry still needs it for a repair."""
+        name = status.name
+        file_name = name.split(".json.", 1)[0] + ".json" if ".json." in name else None
+        if file_name is None:
+            return True
+        table_path = _table_path(status.path.rsplit("/", 1)[0])
+        entry = self.get_external_entry(table_path, file_name)
+        return entry is None or entry.complete or not status.path.endswith(entry.temp_path)
+
     def _delete_quietly(self, path: str) -> None:
         try:
             self.delete(path)
@@ -430,6 +521,10 @@ class S3DynamoDBLogStore(S3BaseLogStore):
 
     def __repr__(self) -> str:
         return f"{super().__repr__()} with DynamoDB table {self.table_name!r} in {self.region}"
+
+
+class _EntryTakenError(FileExistsError):
+    """Step 2 lost: another writer's entry holds the file name (which may still need a repair)."""
 
 
 def _table_path(log_file_uri: str) -> str:

@@ -288,13 +288,18 @@ class ProxiedRequest:
 
 @dataclass
 class Fault:
-    """Make matching requests fail: ``landed=True`` forwards first (the response is lost)."""
+    """Make matching requests fail: ``landed=True`` forwards first (the response is lost).
+
+    ``stall_s > 0`` makes the proxy hold the request that long without answering, then drop
+    the connection (after forwarding it when ``landed``).
+    """
 
     method: str
     path_contains: str
     status: int = 503
     landed: bool = True
     times: int = 1
+    stall_s: float = 0.0
 
 
 @dataclass
@@ -341,6 +346,9 @@ def _proxy_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             with proxy._lock:
                 proxy.requests.append(ProxiedRequest(self.command, self.path, dict(self.headers.items())))
             fault = proxy.take_fault(self.command, self.path)
+            if fault is not None and fault.stall_s > 0 and not fault.landed:
+                self._stall(fault.stall_s)
+                return
             if fault is not None and not fault.landed:
                 self._reply(fault.status, {}, b"")
                 return
@@ -352,9 +360,16 @@ def _proxy_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 status, reply_headers = response.status, dict(response.getheaders())
             finally:
                 connection.close()
+            if fault is not None and fault.stall_s > 0:
+                self._stall(fault.stall_s)
+                return
             if fault is not None:
                 status, reply_headers, data = fault.status, {}, b""
             self._reply(status, reply_headers, data)
+
+        def _stall(self, seconds: float) -> None:
+            time.sleep(seconds)
+            self.close_connection = True
 
         def _reply(self, status: int, headers: dict[str, str], data: bytes) -> None:
             self.send_response(status)
@@ -375,6 +390,13 @@ def _proxy_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _QuietHTTPServer(ThreadingHTTPServer):
+    """Clients that time out and hang up on a stalled request are expected, not worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
 @pytest.fixture
 def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
     """A factory: ``fault_proxy(upstream_endpoint)`` starts a proxy, stopped after the test."""
@@ -382,7 +404,7 @@ def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
 
     def start(upstream: str) -> FaultProxy:
         proxy = FaultProxy(upstream)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _proxy_handler(proxy))
+        server = _QuietHTTPServer(("127.0.0.1", 0), _proxy_handler(proxy))
         server.daemon_threads = True
         proxy.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
         threading.Thread(target=server.serve_forever, name="fault-proxy", daemon=True).start()
@@ -393,6 +415,46 @@ def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+# -- an endpoint that never answers -----------------------------------------------------------------
+@dataclass
+class StalledEndpoint:
+    """A TCP server that accepts connections and never answers on them."""
+
+    endpoint: str
+    port: int
+
+
+@pytest.fixture
+def stalled_endpoint() -> Iterator[StalledEndpoint]:
+    """``http://127.0.0.1:<port>``: accepts every connection, reads nothing, answers nothing."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    listener.settimeout(0.2)
+    port = int(listener.getsockname()[1])
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            accepted.append(connection)
+
+    thread = threading.Thread(target=accept, name="stalled-endpoint", daemon=True)
+    thread.start()
+    yield StalledEndpoint(f"http://127.0.0.1:{port}", port)
+    stop.set()
+    thread.join(timeout=5)
+    listener.close()
+    for connection in accepted:
+        connection.close()
 
 
 # -- per-test stores -----------------------------------------------------------------------------

@@ -234,7 +234,7 @@ def test_conf_file_and_spark_conf_dir(
         (["snapshot", "{table}", "--version", "99"], "99"),
         (
             ["history", "{table}", "--conf", "no-equals-sign"],
-            "--conf 'no-equals-sign' is not of the form KEY=VALUE",
+            "--conf number 1 is not of the form KEY=VALUE",
         ),
         (["snapshot", "{table}", "--conf-file", "{empty}/missing.conf"], "missing.conf"),
         (
@@ -341,7 +341,7 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: Path
     directory = tmp_path / "demo-table"
     code, out, err = run(capsys, "demo", str(directory))
     assert code == 0, err
-    assert "LogStore: logstores.local.LocalLogStore (default for paths without a scheme)" in out
+    assert "LogStore: logstores.local.LocalLogStore (default for scheme 'file')" in out
     assert "Committed versions 0-3 and a checkpoint at version 3" in out
     assert (directory / "_delta_log" / f"{3:020d}.checkpoint.parquet").is_file()
     assert "4 micro-batches delivered 18 change rows" in out

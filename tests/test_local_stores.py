@@ -37,14 +37,13 @@ def test_local_overwrite_never_exposes_a_partial_file(tmp_path: Path) -> None:
 def test_rename_store_uses_hidden_temp_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = HDFSLogStore()
     seen: list[str] = []
-    fs = store.filesystem(f"file://{tmp_path}")
-    original = fs.pipe_file
+    original = os.link
 
-    def recording_pipe_file(path: str, data: bytes, **kwargs: object) -> None:
-        seen.append(path)
-        original(path, data, **kwargs)
+    def recording_link(source: str, target: str) -> None:
+        seen.append(source)
+        original(source, target)
 
-    monkeypatch.setattr(fs, "pipe_file", recording_pipe_file)
+    monkeypatch.setattr(os, "link", recording_link)
     store.write(f"file://{tmp_path}/{1:020d}.json", ["one"])
     [temp] = seen
     name = temp.rsplit("/", 1)[-1]

@@ -222,7 +222,7 @@ def test_missing_optional_package_says_which_extra_to_install(monkeypatch: pytes
 
 
 def test_explain_names_the_deciding_key_or_default() -> None:
-    assert explain_log_store("/tmp/t").reason == "default for paths without a scheme"
+    assert explain_log_store("/tmp/t").reason == "default for scheme 'file'"
     assert explain_log_store("hdfs://nn/t").reason == "default for other schemes ('hdfs')"
     choice = explain_log_store(
         "s3a://b/t", {"delta.logStore.s3a.impl": "io.delta.storage.S3DynamoDBLogStore"}

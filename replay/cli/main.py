@@ -1,7 +1,9 @@
 """``deltalog``: inspect and follow Delta tables on any storage from a terminal.
 
 Exit codes: 0 success, 1 usage error, 2 table, storage or configuration error. Errors print one
-line naming the table, version, path or key; ``--debug`` adds the traceback.
+line naming the table, version, path or key; ``--debug`` adds the traceback. Nothing printed
+carries a credential of the configuration: values are redacted (:mod:`logstores.redaction`) and
+every log record, error line and traceback is scrubbed of the configuration's secrets.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from logstores import LogStoreConfError, explain_log_store
-from logstores.conf import parse_spark_defaults, redact
+from logstores.conf import parse_spark_defaults
+from logstores.redaction import SecretFilter, redact, scrub, secret_values
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2
 
@@ -51,10 +55,12 @@ def load_conf(
             settings.update(parse_spark_defaults(text))
         except LogStoreConfError as exc:
             raise LogStoreConfError(f"{path}: {exc}") from None
-    for pair in pairs:
+    for number, pair in enumerate(pairs, start=1):
         key, separator, value = pair.partition("=")
-        if not separator or not key.strip():
-            raise LogStoreConfError(f"--conf {pair!r} is not of the form KEY=VALUE")
+        if not separator or not key.strip():  # never echoed: the text may be a credential
+            raise LogStoreConfError(
+                f"--conf number {number} is not of the form KEY=VALUE (its text is not shown)"
+            )
         settings[key.strip()] = value
     return settings
 
@@ -224,9 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    secrets: set[str] = set()
     try:
         args = build_parser().parse_args(argv)
         conf = load_conf(args.conf_file, args.conf)
+        secrets = secret_values(conf)
+        _scrub_logs(secrets)
         return args.handler(args, conf)
     except UsageError as exc:
         print(exc, file=sys.stderr)
@@ -235,11 +244,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the last resort: one scrubbed line (and traceback with --debug)
         if debug:
-            raise
-        print(f"deltalog: error: {_describe(exc)}", file=sys.stderr)
+            print(scrub("".join(traceback.format_exception(exc)), secrets), file=sys.stderr, end="")
+        print(f"deltalog: error: {scrub(_describe(exc), secrets)}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _scrub_logs(secrets: set[str]) -> None:
+    """Scrub every record the root handlers print (third-party SDKs log request details at DEBUG)."""
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, SecretFilter)]:
+            handler.removeFilter(old)
+        handler.addFilter(SecretFilter(secrets))
 
 
 def _describe(exc: BaseException) -> str:
