@@ -4,9 +4,12 @@ from logstores.base import FileStatus, LineIterator, LogStore
 from logstores.delegating import DelegatingLogStore, StoreChoice, log_store_scheme_conf_key
 from logstores.errors import (
     BinaryAccessUnsupportedError,
+    BucketNotFoundError,
     ConditionalWriteUnsupportedError,
+    EndpointUnreachableError,
     LogStoreConfError,
     LogStoreError,
+    RequestTimeoutError,
 )
 from logstores.filesystem import FileSystemLogStore, open_filesystem
 from logstores.hdfs import HDFSLogStore
@@ -20,8 +23,10 @@ __all__ = [
     "LOG_STORE_CLASS_KEY",
     "AzureLogStore",
     "BinaryAccessUnsupportedError",
+    "BucketNotFoundError",
     "ConditionalWriteUnsupportedError",
     "DelegatingLogStore",
+    "EndpointUnreachableError",
     "FileStatus",
     "FileSystemLogStore",
     "GCSLogStore",
@@ -32,6 +37,7 @@ __all__ = [
     "LogStoreConfError",
     "LogStoreError",
     "MemoryLogStore",
+    "RequestTimeoutError",
     "S3DynamoDBLogStore",
     "S3LogStore",
     "S3SingleDriverLogStore",

@@ -59,6 +59,18 @@ class AzureLocation(Location):
         return f"{self.scheme}://{container}{self.authority_suffix}/{key}"
 
 
+def _container_missing(exc: BaseException) -> bool:
+    """Whether ``exc`` or an error it was raised from (adlfs hides the SDK's) says ContainerNotFound."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if "ContainerNotFound" in (str(getattr(seen, "error_code", "") or "") + str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class BoundedRetry(ExponentialRetry):
     """The Blob SDK's retry policy with the attempts and backoff of :class:`RequestBounds`."""
 
@@ -136,7 +148,7 @@ class AzureLogStore(ObjectStoreLogStore):
         uri = location.qualify(location.path)
         container = location.path.split("/", 1)[0]
         code = str(getattr(exc, "error_code", "") or "")
-        if code == "ContainerNotFound" or "ContainerNotFound" in str(exc):
+        if _container_missing(exc):
             raise BucketNotFoundError.of("Azure container", container, uri) from exc
         if (
             isinstance(exc, ClientAuthenticationError | PermissionError)
@@ -152,7 +164,7 @@ class AzureLogStore(ObjectStoreLogStore):
 
     def _already_clear(self, exc: BaseException) -> bool:
         return super()._already_clear(exc) or (
-            isinstance(exc, FileNotFoundError) and "ContainerNotFound" not in str(exc.__cause__ or "")
+            isinstance(exc, FileNotFoundError) and not _container_missing(exc)
         )
 
     def _blob_call(self, location: Location, action: Any) -> Any:
@@ -182,7 +194,14 @@ class AzureLogStore(ObjectStoreLogStore):
     def _list_dir(self, location: Location) -> list[dict[str, Any]]:
         location.fs.invalidate_cache(location.parent)
         with self._translated(location):
-            return super()._list_dir(location)
+            try:
+                return location.fs.ls(location.parent, detail=True)
+            except FileNotFoundError as exc:
+                if _container_missing(exc):
+                    raise
+                raise FileNotFoundError(
+                    f"No such file or directory: {location.qualify(location.parent)}"
+                ) from None
 
     # -- writing -----------------------------------------------------------------------------
     def _put_if_absent(self, location: Location, data: bytes) -> None:

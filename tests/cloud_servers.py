@@ -300,6 +300,7 @@ class Fault:
     landed: bool = True
     times: int = 1
     stall_s: float = 0.0
+    body_contains: bytes = b""
 
 
 @dataclass
@@ -311,16 +312,22 @@ class FaultProxy:
     requests: list[ProxiedRequest] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     dropped_headers: set[str] = field(default_factory=set)
+    close: Callable[[], None] = lambda: None
+    """Stop the proxy: connections to :attr:`endpoint` are refused, open ones dropped."""
+    closed: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def matching(self, method: str, path_contains: str = "") -> list[ProxiedRequest]:
         with self._lock:
             return [r for r in self.requests if r.method == method and path_contains in r.path]
 
-    def take_fault(self, method: str, path: str) -> Fault | None:
+    def take_fault(self, method: str, path: str, body: bytes = b"") -> Fault | None:
         with self._lock:
             for fault in self.faults:
-                if fault.times > 0 and fault.method == method and fault.path_contains in path:
+                matches = (
+                    fault.method == method and fault.path_contains in path and fault.body_contains in body
+                )
+                if fault.times > 0 and matches:
                     fault.times -= 1
                     return fault
             return None
@@ -336,6 +343,9 @@ def _proxy_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _handle(self) -> None:
+            if proxy.closed.is_set():  # a dead endpoint: kept-alive connections die too
+                self.close_connection = True
+                return
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             headers = {
@@ -345,7 +355,7 @@ def _proxy_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             }
             with proxy._lock:
                 proxy.requests.append(ProxiedRequest(self.command, self.path, dict(self.headers.items())))
-            fault = proxy.take_fault(self.command, self.path)
+            fault = proxy.take_fault(self.command, self.path, body)
             if fault is not None and fault.stall_s > 0 and not fault.landed:
                 self._stall(fault.stall_s)
                 return
@@ -409,10 +419,19 @@ def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
         proxy.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
         threading.Thread(target=server.serve_forever, name="fault-proxy", daemon=True).start()
         servers.append(server)
+
+        def close() -> None:
+            proxy.closed.set()
+            if server in servers:
+                servers.remove(server)
+                server.shutdown()
+                server.server_close()
+
+        proxy.close = close
         return proxy
 
     yield start
-    for server in servers:
+    for server in list(servers):
         server.shutdown()
         server.server_close()
 

@@ -14,6 +14,7 @@ from pyspark import SparkConf
 
 from logstores import (
     AzureLogStore,
+    BucketNotFoundError,
     ConditionalWriteUnsupportedError,
     DelegatingLogStore,
     GCSLogStore,
@@ -28,6 +29,7 @@ from logstores import (
 from logstores.cloud_options import azure_options, gcs_options, s3_options
 from logstores.options import storage_options
 from logstores.s3 import key_before
+from replay.delta_log import DeltaLog
 from tests.cloud_servers import (
     AWS_TEST_KEY,
     AWS_TEST_SECRET,
@@ -589,3 +591,19 @@ def test_every_cloud_store_is_exported() -> None:
     ):
         assert name in logstores.__all__
         assert issubclass(getattr(logstores, name), LogStore)
+
+
+@pytest.mark.parametrize("where", ["s3", "gcs", "azure"])
+def test_a_missing_bucket_is_named_instead_of_no_commit_files(
+    where: str, moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite
+) -> None:
+    uri, conf, kind = {
+        "s3": ("s3a://no-such-bucket/t", s3_conf(moto_server), "S3 bucket"),
+        "gcs": ("gs://no-such-bucket/t", gcs_server.conf(), "GCS bucket"),
+        "azure": ("abfs://no-such-container/t", azurite.conf(), "Azure container"),
+    }[where]
+    name = uri.split("/")[2]
+    with pytest.raises(BucketNotFoundError, match=f"{kind} '{name}' does not exist") as error:
+        DeltaLog.for_table(uri, conf).snapshot()
+    assert error.value.bucket == name
+    assert isinstance(error.value, FileNotFoundError)

@@ -17,7 +17,11 @@ import pytest
 
 from logstores import LogStoreConfError, LogStoreError, S3DynamoDBLogStore
 from logstores.s3_dynamodb import ExternalCommitEntry, get_param, is_delta_log_path
-from tests.cloud_servers import FaultProxy, MotoServer, dynamodb_conf, free_port, unique_name
+from replay.delta_log import DeltaLog
+from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile
+from replay.protocol.errors import ConcurrentModificationError
+from replay.txn.committer import commit
+from tests.cloud_servers import Fault, FaultProxy, MotoServer, dynamodb_conf, free_port, unique_name
 
 pytestmark = pytest.mark.cloud
 
@@ -390,3 +394,126 @@ def test_store_settings_and_their_errors() -> None:
         S3DynamoDBLogStore({f"{BASE_PREFIX}ddb.ttl": "soon"})
     with pytest.raises(LogStoreConfError, match="have different values"):
         S3DynamoDBLogStore({f"{BASE_PREFIX}ddb.region": "a", f"{SPARK_PREFIX}ddb.region": "b"})
+
+
+# -- a dead winner met in the commit path ------------------------------------------------------------
+SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
+
+
+class CountingStore(S3DynamoDBLogStore):
+    """The real store, counting its conditional entry puts (one per commit attempt)."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        super().__init__(conf)
+        self.entry_puts = 0
+
+    def put_external_entry(self, entry: ExternalCommitEntry, overwrite: bool) -> None:
+        if not overwrite:
+            self.entry_puts += 1
+        super().put_external_entry(entry, overwrite)
+
+
+def _created(table: Table) -> None:
+    log = DeltaLog(table.root, None, table.store())
+    metadata = Metadata(id="t", schema_string=SCHEMA, configuration={})
+    commit(log.io, [Protocol(1, 2), metadata], "CREATE TABLE", read_version=-1)
+    log.commit([AddFile(path="x", size=1, modification_time=1, data_change=True)])
+
+
+def _remove(path: str) -> RemoveFile:
+    return RemoveFile(path=path, deletion_timestamp=1, data_change=True)
+
+
+def test_a_loser_repairs_the_dead_winner_then_checks_it_and_commits_next(table: Table) -> None:
+    _created(table)  # versions 0 and 1
+    killed = DeltaLog(table.root, None, KilledStore(table.conf, "entry"))
+    with pytest.raises(WriterKilled):  # died after its entry for version 2, before copying 2.json
+        killed.commit([AddFile(path="dead", size=1, modification_time=1, data_change=True)], read_version=1)
+    assert table.items()[commit_name(2)]["complete"] == "false"
+    assert f"table/_delta_log/{commit_name(2)}" not in table.object_keys()
+
+    store = CountingStore(table.conf)
+    loser = DeltaLog(table.root, None, store)
+    add = AddFile(path="alive", size=1, modification_time=1, data_change=True)
+    assert commit(loser.io, [add], read_version=1, max_attempts=20) == 3
+    assert store.entry_puts == 2  # lost version 2 once, won version 3: no spinning
+    assert [a.path for a in loser.read_version(2) if isinstance(a, AddFile)] == ["dead"]
+    assert sorted(a.path for a in loser.snapshot().files()) == ["alive", "dead", "x"]
+    assert {name: item["complete"] for name, item in table.items().items()} == {
+        commit_name(v): "true" for v in range(4)
+    }
+
+
+def test_a_conflict_with_the_repaired_commit_names_its_version(table: Table) -> None:
+    _created(table)
+    with pytest.raises(WriterKilled):
+        DeltaLog(table.root, None, KilledStore(table.conf, "entry")).commit([_remove("x")], read_version=1)
+    store = CountingStore(table.conf)
+    with pytest.raises(ConcurrentModificationError, match="Conflicting commit: version 2 of table") as error:
+        commit(
+            DeltaLog(table.root, None, store).io, [_remove("x")], "DELETE", read_version=1, max_attempts=20
+        )
+    assert error.value.winning_version == 2
+    assert store.entry_puts == 1
+
+
+def test_a_winner_whose_temp_file_is_gone_is_reported_with_its_version(table: Table) -> None:
+    store = table.store()
+    store.write(table.path(0), ["zero"])
+    with pytest.raises(WriterKilled):
+        KilledStore(table.conf, "entry").write(table.path(1), ["killed writer"])
+    temp = table.items()[commit_name(1)]["tempPath"]
+    table.moto.client("s3").delete_object(Bucket=table.bucket, Key=f"table/_delta_log/{temp}")
+    with pytest.raises(LogStoreError, match=f"{commit_name(1)} is committed in .* could not be repaired"):
+        table.store().write(table.path(1), ["loser"])
+
+
+def test_an_entry_put_whose_answer_was_lost_is_recognised_as_ours(
+    table: Table, fault_proxy: Callable[[str], FaultProxy]
+) -> None:
+    proxy = fault_proxy(table.moto.endpoint)
+    conf = {**table.conf, f"{SPARK_PREFIX}ddb.endpoint": proxy.endpoint}
+    store = S3DynamoDBLogStore(conf)
+    store.write(table.path(0), ["zero"])
+    # DynamoDB applies the conditional put of version 1 and answers 500; the SDK's retry then fails
+    # the condition on our own entry. Before reading it back, the writer took that for a lost race.
+    proxy.faults.append(Fault("POST", "/", status=500, landed=True, body_contains=b"attribute_not_exists"))
+    store.write(table.path(1), ["one"])
+    assert proxy.faults[0].times == 0
+    assert table.body(1) == b"one\n"
+    assert table.items()[commit_name(1)]["complete"] == "true"
+    assert not [key for key in table.object_keys() if "/.tmp/" in key]
+
+
+@pytest.mark.timeout(60)
+def test_a_dynamodb_endpoint_that_dies_is_named(
+    table: Table, fault_proxy: Callable[[str], FaultProxy]
+) -> None:
+    proxy = fault_proxy(table.moto.endpoint)
+    store = S3DynamoDBLogStore({**table.conf, f"{SPARK_PREFIX}ddb.endpoint": proxy.endpoint})
+    store.write(table.path(0), ["zero"])
+    proxy.close()
+    address = proxy.endpoint.removeprefix("http://")
+    with pytest.raises(
+        LogStoreError, match=f"cannot reach the DynamoDB endpoint {address}.*{commit_name(0)}"
+    ):
+        store.write(table.path(1), ["one"])
+
+
+def test_stale_temp_files_are_removed_but_never_one_a_repair_needs(table: Table) -> None:
+    store = table.store()
+    store.write(table.path(0), ["zero"])
+    with pytest.raises(WriterKilled):  # temp file without entry: garbage
+        KilledStore(table.conf, "temp").write(table.path(1), ["orphan"])
+    [orphan] = [key for key in table.object_keys() if "/.tmp/" in key]
+    with pytest.raises(WriterKilled):  # temp file of an incomplete entry: needed to repair version 1
+        KilledStore(table.conf, "entry").write(table.path(1), ["dead winner"])
+    probe = "table/_delta_log/.tmp/.conditional-write-check.0123456789abcdef"
+    table.moto.client("s3").put_object(Bucket=table.bucket, Key=probe, Body=b"")
+    assert store.delete_stale_temp_files(table.log, older_than_s=3600) == []  # all of them are fresh
+    removed = store.delete_stale_temp_files(table.log, older_than_s=0)
+    assert sorted(path.split(f"{table.bucket}/", 1)[1] for path in removed) == sorted([orphan, probe])
+    # The dead winner's commit was completed from its temp file before anything was removed.
+    assert table.body(1) == b"dead winner\n"
+    assert table.items()[commit_name(1)]["complete"] == "true"
+    assert [key for key in table.object_keys() if "/.tmp/" in key] == []

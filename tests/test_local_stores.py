@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import stat
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from logstores import HDFSLogStore, LocalLogStore, LogStore, MemoryLogStore
+from replay.delta_log import DeltaLog
+from replay.protocol.actions import AddFile, Metadata, Protocol
+from replay.txn.committer import commit
 
 
 def test_partial_write_visibility_per_store(tmp_path: Path) -> None:
@@ -107,3 +113,102 @@ def test_path_locks_are_released_when_unused() -> None:
     release.set()
     worker.join(5)
     assert len(PATH_LOCKS) == before
+
+
+# -- permissions, durability and leftovers of crashed writers -----------------------------------------
+LOCAL_STORES = [LocalLogStore, HDFSLogStore]
+SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
+
+
+def _table_with_checkpoint(store: LogStore, uri: str) -> Path:
+    """A table written through replay: two commits, a checkpoint and ``_last_checkpoint``."""
+    log = DeltaLog(uri, None, store)
+    metadata = Metadata(id="t", schema_string=SCHEMA, configuration={})
+    commit(log.io, [Protocol(1, 2), metadata], "CREATE TABLE", read_version=-1)
+    log.commit([AddFile(path="a", size=1, modification_time=1, data_change=True)])
+    log.checkpoint()
+    return Path(uri.removeprefix("file://")) / "_delta_log"
+
+
+@pytest.mark.parametrize("store_class", LOCAL_STORES)
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_log_files_get_the_permissions_of_a_plain_open(
+    store_class: type[LogStore], umask: int, tmp_path: Path
+) -> None:
+    previous = os.umask(umask)
+    try:
+        with open(tmp_path / "plain", "w"):
+            pass
+        log_dir = _table_with_checkpoint(store_class(), f"file://{tmp_path}/t")
+    finally:
+        os.umask(previous)
+    expected = stat.S_IMODE(os.stat(tmp_path / "plain").st_mode)
+    assert expected == 0o666 & ~umask
+    names = sorted(os.listdir(log_dir))
+    assert names == [f"{0:020d}.json", f"{1:020d}.checkpoint.parquet", f"{1:020d}.json", "_last_checkpoint"]
+    modes = {name: oct(stat.S_IMODE(os.stat(log_dir / name).st_mode)) for name in names}
+    assert modes == dict.fromkeys(names, oct(expected))
+
+
+@pytest.mark.parametrize("store_class", LOCAL_STORES)
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_write_is_synced_before_it_is_published_and_the_directory_after(
+    store_class: type[LogStore], overwrite: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, str]] = []
+    real_fsync, real_link, real_replace = os.fsync, os.link, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def link(source: str, target: str) -> None:
+        events.append(("publish", source))
+        real_link(source, target)
+
+    def replace(source: str, target: str) -> None:
+        events.append(("publish", source))
+        real_replace(source, target)
+
+    target = f"file://{tmp_path}/{0:020d}.json"
+    if overwrite:
+        store_class().write(target, ["old"])
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "replace", replace)
+    store_class().write(target, ["new"], overwrite=overwrite)
+    [(_, temp)] = [event for event in events if event[0] == "publish"]
+    assert events == [("fsync", temp), ("publish", temp), ("fsync", str(tmp_path))]
+    assert Path(temp).name.startswith(f".{0:020d}.json.") and temp.endswith(".tmp")
+    assert sorted(os.listdir(tmp_path)) == [f"{0:020d}.json"]
+
+
+@pytest.mark.parametrize("store_class", LOCAL_STORES)
+def test_temp_files_of_crashed_writers_are_cleaned_up_and_never_read_as_log_files(
+    store_class: type[LogStore], tmp_path: Path
+) -> None:
+    store = store_class()
+    uri = f"file://{tmp_path}/t"
+    log_dir = _table_with_checkpoint(store, uri)
+    old = [
+        f"._last_checkpoint.{uuid.uuid4().hex}.tmp",
+        f".{2:020d}.json.{uuid.uuid4().hex}.tmp",
+        f".{1:020d}.checkpoint.parquet.{uuid.uuid4().hex}.tmp",
+    ]
+    fresh = f".{2:020d}.json.{uuid.uuid4().hex}.tmp"
+    for name in [*old, fresh]:
+        (log_dir / name).write_text(
+            '{"add":{"path":"ghost","size":1,"modificationTime":1,"dataChange":true}}\n'
+        )
+    hour_ago = time.time() - 3600
+    for name in old:
+        os.utime(log_dir / name, (hour_ago, hour_ago))
+    snapshot = DeltaLog(uri, None, store_class()).snapshot()
+    assert (snapshot.version, [add.path for add in snapshot.files()]) == (1, ["a"])
+    removed = store.delete_stale_temp_files(f"{uri}/_delta_log", older_than_s=600)
+    assert sorted(Path(path).name for path in removed) == sorted(old)
+    assert sorted(os.listdir(log_dir)) == sorted(
+        [f"{0:020d}.json", f"{1:020d}.checkpoint.parquet", f"{1:020d}.json", "_last_checkpoint", fresh]
+    )
+    assert store.delete_stale_temp_files(f"{uri}/_delta_log", older_than_s=0) == [f"file://{log_dir}/{fresh}"]
+    assert store.delete_stale_temp_files(f"file://{tmp_path}/missing/_delta_log") == []

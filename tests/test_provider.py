@@ -292,3 +292,21 @@ def test_spark_session_and_runtime_conf(spark: object) -> None:
         assert type(create_log_store(spark.sparkContext.getConf())) is DelegatingLogStore  # type: ignore[attr-defined]
     finally:
         spark.conf.unset("spark.delta.logStore.fake.impl")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("key", ["spark.delta.logStore.file.impl", "delta.logStore.file.impl"])
+@pytest.mark.parametrize("path", ["/tmp/table/_delta_log/x", "relative/table", "file:///tmp/table"])
+def test_a_bare_local_path_is_a_file_path(key: str, path: str) -> None:
+    conf = {key: CUSTOM}
+    store = create_log_store(conf)
+    assert type(store.get_delegate(path)).__name__ == "CustomLogStore"  # type: ignore[attr-defined]
+    assert explain_log_store(path, conf).reason == f"{key} = {CUSTOM}"
+    with pytest.raises(LogStoreConfError, match=f"{key} = no.such.StoreClass"):
+        create_log_store({key: "no.such.StoreClass"}).write(f"{path}/0.json", ["x"])
+    with pytest.raises(LogStoreConfError, match=f"{key} = no.such.StoreClass"):
+        explain_log_store(path, {key: "no.such.StoreClass"})
+
+
+def test_bare_and_file_paths_share_one_delegate(tmp_path: Path) -> None:
+    store = create_log_store({})
+    assert store.get_delegate(str(tmp_path)) is store.get_delegate(f"file://{tmp_path}")  # type: ignore[attr-defined]

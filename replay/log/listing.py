@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from logstores.base import FileStatus
+from logstores.errors import BucketNotFoundError
 from replay.log.checkpoint_instances import complete_checkpoints
 from replay.log.last_checkpoint import read_last_checkpoint
 from replay.log.table_io import TableIO
@@ -59,9 +60,15 @@ def classify_listing(statuses: Iterable[FileStatus], max_version: int | None = N
 
 
 def list_log(io: TableIO, start_version: int) -> list[FileStatus] | None:
-    """``list_from`` the listing prefix of ``start_version``; ``None`` if the log directory is missing."""
+    """``list_from`` the listing prefix of ``start_version``; ``None`` if the log directory is missing.
+
+    A missing bucket or container is not a missing log: its
+    :class:`~logstores.errors.BucketNotFoundError` (naming the bucket) propagates.
+    """
     try:
         return list(io.store.list_from(filenames.listing_prefix(io.log_path, start_version)))
+    except BucketNotFoundError:
+        raise
     except FileNotFoundError:
         return None
 
