@@ -354,3 +354,41 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert code == 2
     assert "is not an earlier demo table" in err
     assert (other / "data.txt").read_text() == "keep me"
+
+
+def test_read_prints_filtered_rows(capsys: pytest.CaptureFixture[str], demo_table: Path) -> None:
+    everything = DeltaLog.for_table(str(demo_table)).snapshot().to_arrow()
+    rows = [
+        json.loads(line)
+        for line in run(capsys, "read", str(demo_table), "--filter", "city = 'Lima' or id < 2", "--json")[
+            1
+        ].splitlines()
+    ]
+    expected = everything.filter(
+        (pa.compute.field("city") == "Lima") | (pa.compute.field("id") < 2)
+    ).to_pylist()
+    assert sorted(rows, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
+    code, out, _ = run(capsys, "read", str(demo_table), "--filter", "id in (0, 11)", "--columns", "id,city")
+    assert (code == 0 and "│ id │ city" in out.replace("  ", " ")) or (
+        "id" in out and "Lisbon" in out and "Lima" in out
+    )
+    limited = run(capsys, "read", str(demo_table), "--limit", "2", "--json")[1].splitlines()
+    assert len(limited) == 2
+    assert run(capsys, "read", str(demo_table), "--filter", "id > 999")[1].strip() == "no rows"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("id <", "ends where a value was expected"),
+        ("id = 1 and", "ends where a column name was expected"),
+        ("nope = 1", "filter column nope is not a column"),
+        ("id ~ 3", "cannot read the filter at position 3"),
+    ],
+)
+def test_read_filter_errors_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], demo_table: Path, text: str, message: str
+) -> None:
+    code, out, err = run(capsys, "read", str(demo_table), "--filter", text)
+    assert (code, out) == (1, "")
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -24,8 +24,8 @@ from replay.data import (
 )
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata
+from replay.protocol.predicates import InvalidFilterError
 from replay.protocol.schema import PrimitiveType, parse_schema
-from replay.state.scan import read_snapshot
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 DAT_CASES = sorted(
@@ -58,7 +58,7 @@ def expected_table(folder: Path, schema: pa.Schema) -> pa.Table:
 def test_dat_table_content(case: str, version: str) -> None:
     delta_log = DeltaLog.for_table(str(GOLDEN / "dat" / case / "delta"))
     snapshot = delta_log.snapshot(None if version == "latest" else int(version[1:]))
-    got = read_snapshot(snapshot)
+    got = snapshot.to_arrow()
     expected = expected_table(GOLDEN / "dat" / case / "expected" / version / "table_content", got.schema)
     assert got.schema.names == snapshot.schema.field_names
     assert rows(got) == rows(expected)
@@ -67,7 +67,7 @@ def test_dat_table_content(case: str, version: str) -> None:
 @pytest.mark.parametrize("case", SPARK_GOLDEN_CASES)
 def test_spark_golden_table_content(case: str) -> None:
     snapshot = DeltaLog.for_table(str(GOLDEN / "delta-spark-golden" / case / "delta")).snapshot()
-    got = read_snapshot(snapshot)
+    got = snapshot.to_arrow()
     expected = expected_table(GOLDEN / "delta-spark-golden" / case / "expected", got.schema)
     if case == TIMESTAMP_DISPUTED:
         utc = dt.datetime(2021, 9, 8, 11, 11, 11, tzinfo=dt.UTC)
@@ -80,14 +80,14 @@ def test_spark_golden_table_content(case: str) -> None:
 
 def test_columns_are_selected_in_the_order_asked() -> None:
     snapshot = DeltaLog.for_table(str(GOLDEN / "dat/basic_partitioned/delta")).snapshot()
-    got = read_snapshot(snapshot, columns=["number", "letter"])
+    got = snapshot.to_arrow(columns=["number", "letter"])
     assert got.column_names == ["number", "letter"]
     assert sorted(got.to_pylist(), key=lambda r: r["number"]) == [
         {"number": n, "letter": letter}
         for n, letter in [(1, "a"), (2, "b"), (3, "c"), (4, "a"), (5, "e"), (6, "f")]
     ]
-    with pytest.raises(KeyError, match="no field 'nope' in schema"):
-        read_snapshot(snapshot, columns=["nope"])
+    with pytest.raises(InvalidFilterError, match=r"columns \['nope'\] are not columns"):
+        snapshot.to_arrow(columns=["nope"])
 
 
 def test_deletion_vectors_are_applied() -> None:
@@ -122,7 +122,7 @@ def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
     victim = snapshot.files()[0]
     (table / victim.path).unlink()
     with pytest.raises(DataFileNotFoundError, match=f"Data file file://{table}/{victim.path} of table"):
-        read_snapshot(snapshot)
+        snapshot.to_arrow()
     reader = TableReader.for_metadata(snapshot.table_path, snapshot.metadata)
     assert reader.read_files([victim], ignore_missing=True).num_rows == 0
 
@@ -134,8 +134,8 @@ def test_reads_through_a_non_local_filesystem() -> None:
     memory.put(str(GOLDEN / "dat/multi_partitioned/delta"), root, recursive=True)
     try:
         snapshot = DeltaLog.for_table(f"memory://{root}").snapshot()
-        expected = read_snapshot(DeltaLog.for_table(str(GOLDEN / "dat/multi_partitioned/delta")).snapshot())
-        assert rows(read_snapshot(snapshot)) == rows(expected)
+        expected = DeltaLog.for_table(str(GOLDEN / "dat/multi_partitioned/delta")).snapshot().to_arrow()
+        assert rows(snapshot.to_arrow()) == rows(expected)
     finally:
         memory.rm(root, recursive=True)
 

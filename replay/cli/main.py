@@ -12,11 +12,14 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from logstores import LogStoreConfError, explain_log_store
+
+if TYPE_CHECKING:  # pyarrow is imported by the commands that read tables
+    from pyarrow import RecordBatch, Table
 from logstores.conf import parse_spark_defaults, redact
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2
@@ -129,6 +132,45 @@ def cmd_changes(args: argparse.Namespace, conf: dict[str, str]) -> int:
         time.sleep(args.interval)
 
 
+def cmd_read(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaLog
+    from replay.cli import output
+    from replay.cli.filters import parse_filter
+    from replay.protocol.predicates import InvalidFilterError
+
+    columns = [name.strip() for name in args.columns.split(",") if name.strip()] if args.columns else None
+    log = DeltaLog.for_table(args.uri, conf)
+    with output.working(f"Reading {args.uri}"):
+        snapshot = log.snapshot(version=args.version, timestamp=_timestamp_arg(args.timestamp))
+        try:
+            scan = snapshot.scan(parse_filter(args.filter) if args.filter else None, columns)
+        except InvalidFilterError as exc:
+            raise UsageError(f"deltalog read: {exc}") from None
+        rows = _first_rows(scan.to_batches(), args.limit)
+    output.emit_rows(rows, as_json=args.json)
+    return EXIT_OK
+
+
+def _first_rows(batches: Iterator[RecordBatch], limit: int | None) -> Table:
+    """The first ``limit`` rows of ``batches`` (all without a limit), reading no further."""
+    import pyarrow as pa
+
+    taken: list[RecordBatch] = []
+    count = 0
+    schema = None
+    for batch in batches:
+        schema = batch.schema
+        if limit is not None and count + batch.num_rows >= limit:
+            taken.append(batch.slice(0, limit - count))
+            count = limit
+            break
+        taken.append(batch)
+        count += batch.num_rows
+    if schema is None:
+        return pa.table({})
+    return pa.Table.from_batches(taken, schema=schema)
+
+
 def cmd_checkpoint(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay import DeltaLog
     from replay.cli import output
@@ -192,6 +234,20 @@ def build_parser() -> argparse.ArgumentParser:
     changes.add_argument("--json", action="store_true", help="one JSON object per change row")
     changes.add_argument("--follow", action="store_true", help="keep printing changes as commits land")
     changes.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="poll interval")
+
+    read = command("read", cmd_read, "Print a table's rows, pruned and filtered.")
+    read.add_argument("uri")
+    read.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help="rows to keep, e.g. \"part = 3 and id > 10\" or \"city in ('Oslo', 'Lima') or x is null\"",
+    )
+    read.add_argument("--columns", metavar="A,B", help="the columns to print (all by default)")
+    read.add_argument("--limit", type=_positive, metavar="N", help="print at most N rows")
+    read_when = read.add_mutually_exclusive_group()
+    read_when.add_argument("--version", type=_non_negative, metavar="N")
+    read_when.add_argument("--timestamp", metavar="T", help="ISO-8601 time or milliseconds since the epoch")
+    read.add_argument("--json", action="store_true", help="one JSON object per row")
 
     checkpoint = command("checkpoint", cmd_checkpoint, "Write a checkpoint of the latest version.")
     checkpoint.add_argument("uri")

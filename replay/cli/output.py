@@ -266,6 +266,20 @@ def emit_changes(rows: pa.Table, *, as_json: bool, header: bool = True) -> None:
     _print_table(None, columns, [[record[c] for c in columns] for record in records])
 
 
+def emit_rows(rows: pa.Table, *, as_json: bool) -> None:
+    """Table rows: one JSON object per line, or a table (``no rows`` when there are none)."""
+    if as_json:
+        for record in rows.to_pylist():
+            print_json(record)
+        sys.stdout.flush()
+        return
+    if rows.num_rows == 0:
+        print("no rows")
+        return
+    columns = rows.column_names
+    _print_table(None, columns, [[record[c] for c in columns] for record in rows.to_pylist()])
+
+
 def emit_checkpoint(written: CheckpointResult, *, as_json: bool) -> None:
     """What a checkpoint wrote."""
     values: dict[str, object] = {
