@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import write_deltalake
+from orjson import loads as orjson_loads
 
 from replay import DeltaLog, write_table
 from replay.protocol.paths import resolve_path
@@ -360,3 +361,55 @@ def test_pruning_of_partition_only_predicates_reads_no_statistics(written_table:
     )
     # unreadable statistics prune nothing
     assert pc.all(may_match(broken, from_dnf([("id", "=", -5)]), config)).as_py()
+
+
+def test_checkpoint_statistics_written_as_a_struct_prune(tmp_path: Path) -> None:
+    """Delta's writeStatsAsStruct: checkpoint rows carry ``stats_parsed`` and no JSON ``stats``."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t"
+    rng = random.Random(9)
+    for batch in range(3):
+        write_table(str(path), random_table(rng, 40, batch * 40), max_rows_per_file=10)
+    log = DeltaLog.for_table(str(path))
+    expected = log.snapshot()
+    log.checkpoint()
+    checkpoint = next((path / "_delta_log").glob("*.checkpoint.parquet"))
+    table = pq.read_table(checkpoint)
+    add = table.column("add").combine_chunks()
+    stats = [orjson_loads(text) if text else None for text in pc.struct_field(add, "stats").to_pylist()]
+    for row in stats:
+        if row:
+            for kind in ("minValues", "maxValues"):
+                for name in ("ts",):
+                    if name in row[kind]:
+                        row[kind][name] = dt.datetime.fromisoformat(row[kind][name].replace("Z", "+00:00"))
+                for name in ("day",):
+                    if name in row[kind]:
+                        row[kind][name] = dt.date.fromisoformat(row[kind][name])
+    parsed_type = pa.struct(
+        [
+            ("numRecords", pa.int64()),
+            (
+                "minValues",
+                pa.struct([("id", pa.int64()), ("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC"))]),
+            ),
+            (
+                "maxValues",
+                pa.struct([("id", pa.int64()), ("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC"))]),
+            ),
+            ("nullCount", pa.struct([("id", pa.int64()), ("day", pa.int64()), ("ts", pa.int64())])),
+        ]
+    )
+    children = {f.name: add.field(f.name) for f in add.type if f.name != "stats"}
+    children["stats_parsed"] = pa.array(stats, parsed_type)
+    new_add = pa.StructArray.from_arrays(list(children.values()), names=list(children), mask=add.is_null())
+    pq.write_table(table.set_column(table.schema.get_field_index("add"), "add", new_add), checkpoint)
+    snapshot = DeltaLog.for_table(str(path)).snapshot()
+    assert snapshot.log_segment.checkpoint is not None and not snapshot.log_segment.deltas
+    assert rows(snapshot.to_arrow()) == rows(expected.to_arrow())
+    scan = snapshot.scan([("id", ">=", 50), ("id", "<", 55)])
+    assert scan.files().num_rows == 1
+    assert sorted(scan.to_arrow().column("id").to_pylist()) == list(range(50, 55))
+    check_scan(snapshot, [("day", "=", dt.date(2024, 1, 2))])
+    check_scan(snapshot, [("ts", ">", dt.datetime(2024, 1, 1, 0, 0, 3, tzinfo=UTC))])
