@@ -189,6 +189,25 @@ def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
     return EXIT_OK
 
 
+TIMESTAMP_HELP = (
+    "a time as milliseconds since the epoch or ISO-8601 (2024-01-31, 2024-01-31T12:00:00.5, "
+    "2024-01-31 12:00:00+02:00); a time without a zone is UTC"
+)
+
+
+def _timestamp(text: str) -> str:
+    """``--timestamp``: checked when parsed, so a bad value is a usage error naming the formats."""
+    import datetime as _dt
+
+    if text.isdigit():
+        return text
+    try:
+        _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {TIMESTAMP_HELP}") from None
+    return text
+
+
 def _timestamp_arg(value: str | None) -> str | int | None:
     """``--timestamp``: milliseconds since the epoch when all digits, else ISO-8601 text."""
     return int(value) if value is not None and value.isdigit() else value
@@ -202,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
 
     parser = _Parser(prog="deltalog", description="Inspect and follow Delta tables on any storage.")
+    parser.add_argument(
+        "--version", action="version", version=f"deltalog (delta-logstores) {_package_version()}"
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
@@ -217,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("uri")
     when = snapshot.add_mutually_exclusive_group()
     when.add_argument("--version", type=_non_negative, metavar="N")
-    when.add_argument("--timestamp", metavar="T", help="ISO-8601 time or milliseconds since the epoch")
+    when.add_argument("--timestamp", type=_timestamp, metavar="T", help=TIMESTAMP_HELP)
     snapshot.add_argument("--files", action="store_true", help="list the active files")
     snapshot.add_argument("--json", action="store_true")
 
@@ -246,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--limit", type=_positive, metavar="N", help="print at most N rows")
     read_when = read.add_mutually_exclusive_group()
     read_when.add_argument("--version", type=_non_negative, metavar="N")
-    read_when.add_argument("--timestamp", metavar="T", help="ISO-8601 time or milliseconds since the epoch")
+    read_when.add_argument("--timestamp", type=_timestamp, metavar="T", help=TIMESTAMP_HELP)
     read.add_argument("--json", action="store_true", help="one JSON object per row")
 
     checkpoint = command("checkpoint", cmd_checkpoint, "Write a checkpoint of the latest version.")
@@ -260,17 +282,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return value
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not positive")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("delta-logstores")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -299,7 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """The whole error message on one line (Delta's messages span several), with its type."""
+    text = " ".join(str(exc).split())
     if isinstance(exc, FileNotFoundError) and exc.filename and exc.filename not in text:
         text = f"{text}: {exc.filename}" if text else f"no such file or directory: {exc.filename}"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
