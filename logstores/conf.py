@@ -15,6 +15,7 @@ from logstores.errors import LogStoreConfError
 SPARK_PREFIX = "spark."
 HADOOP_PREFIX = "spark.hadoop."
 
+
 class SparkConfLike(Protocol):
     """``pyspark.SparkConf`` (``getAll()`` method) or ``spark.conf`` (``getAll`` property)."""
 
