@@ -102,6 +102,10 @@ class UnsupportedTableFeatureError(DeltaError):
         self.features = list(features)
 
 
+class AppendOnlyTableError(DeltaError):
+    """A commit would remove data from a table with ``delta.appendOnly`` set."""
+
+
 class ConcurrentModificationError(DeltaError):
     """A commit lost the race to a logically conflicting commit at ``winning_version``."""
 
