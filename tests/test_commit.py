@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -17,10 +18,12 @@ from replay.protocol.actions import AddFile, CommitInfo, Metadata, Protocol, Rem
 from replay.protocol.errors import (
     AppendOnlyTableError,
     ConcurrentModificationError,
+    CorruptLogError,
     MissingVersionsError,
     UnsupportedTableFeatureError,
 )
 from replay.txn.committer import commit, encode_operation_parameters
+from tests.custom_stores import TextOnlyLogStore
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
 
@@ -347,3 +350,37 @@ def test_commits_on_a_log_missing_versions_are_refused(tmp_path: Path, missing: 
         ):
             attempt()
     assert f"{3:020d}.json" not in versions_of(log)
+
+
+# -- typed errors for what is not a readable commit file ------------------------------------------
+class DecodingStore(TextOnlyLogStore):
+    """A text store whose ``read_bytes`` decodes lines (and so raises ``UnicodeDecodeError``)."""
+
+    def read_bytes(self, path: str) -> bytes:
+        return "".join(f"{line}\n" for line in self.read(path)).encode("utf-8")
+
+
+@pytest.mark.parametrize("store_class", [TextOnlyLogStore, DecodingStore], ids=["text-only", "decoding"])
+def test_invalid_utf8_in_a_winning_commit_is_a_corrupt_log_error(store_class: type[TextOnlyLogStore]) -> None:
+    store = store_class()
+    log = DeltaLog(f"memory://utf8-{uuid.uuid4().hex}/t", store=store)
+    commit(log.io, [Protocol(1, 2), Metadata(id="t", schema_string=SCHEMA)], read_version=-1)
+    winner = f"{log.log_path}/{1:020d}.json"
+    store.files[winner] = ["placeholder"]  # version 1 is taken ...
+    store.raw[winner] = b'{"commitInfo":{}}\n{"add":{"path":"\xff\xfe"}}\n'  # ... by a damaged commit
+    with pytest.raises(CorruptLogError) as info:
+        commit(log.io, [add("mine")], read_version=0)  # loses the race and checks the winner
+    assert str(info.value).startswith(f"malformed action at {winner} line 2: not valid UTF-8 (")
+    assert (info.value.path, info.value.line) == (winner, 2)
+
+
+def test_a_directory_named_like_a_commit_is_named_in_the_error(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    directory = tmp_path / "t" / "_delta_log" / f"{1:020d}.json"
+    directory.mkdir()
+    assert log.latest_version() == 0 and log.snapshot().version == 0  # listing skips directories
+    message = f"log file {log.log_path}/{1:020d}.json of table {log.table_path} is a directory, not a file"
+    with pytest.raises(CorruptLogError, match=re.escape(message)):
+        log.read_version(1)
+    with pytest.raises(CorruptLogError, match=re.escape(message)):
+        log.commit([add("a")])  # version 1 cannot be written, and the "winner" is not a commit
