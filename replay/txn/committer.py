@@ -30,7 +30,6 @@ from typing import Any
 import orjson
 
 from replay.log.commit_files import read_commit
-from replay.log.listing import latest_version
 from replay.log.table_io import TableIO
 from replay.protocol.actions import (
     Action,
@@ -228,11 +227,12 @@ def _commit_info(
     return CommitInfo(values)
 
 
-def _latest_version(io: TableIO) -> int:
+def _latest_snapshot(io: TableIO) -> Snapshot | None:
+    """The latest snapshot, ``None`` when there is no table yet."""
     try:
-        return latest_version(io)
+        return load_snapshot(io)
     except TableNotFoundError:
-        return -1
+        return None
 
 
 def commit(
@@ -271,8 +271,9 @@ def commit(
     actions = [action for action in actions if not isinstance(action, CommitInfo)]
     if read_snapshot is None:
         if read_version is None:
-            read_version = _latest_version(io)
-        if read_version >= 0:
+            read_snapshot = _latest_snapshot(io)
+            read_version = read_snapshot.version if read_snapshot is not None else -1
+        elif read_version >= 0:
             read_snapshot = load_snapshot(io, version=read_version)
     elif read_version is None:
         read_version = read_snapshot.version
