@@ -498,3 +498,23 @@ def test_spark_stream_stops_at_a_rename_and_restarts_after_it(spark: Any, tmp_pa
         query.stop()
     assert query.exception() is None
     assert sorted(seen) == [(0, "v0"), (1, "v1"), (2, "v2")]
+
+
+@pytest.mark.spark
+def test_spark_change_feed_reads_with_the_end_version_schema(spark: Any, tmp_path: Path) -> None:
+    register(spark)
+    path = tmp_path / "t"
+    delta_log = cm_table(path)
+    cm_rename(delta_log, 1, "value")
+    cm_append(delta_log, path, 2, [2])
+    cm_rename(delta_log, 3, "v")
+
+    def read(start: int, end: int) -> Any:
+        reader = spark.read.format("deltalog").option("readChangeFeed", "true")
+        return reader.option("startingVersion", start).option("endingVersion", end).load(str(path))
+
+    frame = read(1, 2)
+    assert frame.columns[:2] == ["id", "value"]
+    assert [tuple(row)[:3] for row in frame.collect()] == [(2, "v2", "insert")]
+    with pytest.raises(Exception, match="DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA"):
+        read(0, 2).collect()
