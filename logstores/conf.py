@@ -15,7 +15,6 @@ from logstores.errors import LogStoreConfError
 SPARK_PREFIX = "spark."
 HADOOP_PREFIX = "spark.hadoop."
 
-
 class SparkConfLike(Protocol):
     """``pyspark.SparkConf`` (``getAll()`` method) or ``spark.conf`` (``getAll`` property)."""
 
