@@ -73,18 +73,13 @@ def filter_and_index_delta_logs(
     """
     options = stream_options or StreamOptions()
     table = delta_log.table_path
+    unread = (end_offset.reservoir_version, end_offset.index) if end_offset is not None else None
     for version, actions in delta_log.get_changes(start_version, fail_on_data_loss=fail_on_data_loss):
-        unread = end_offset is not None and (end_offset.reservoir_version, end_offset.index) == (
-            version,
-            BASE_INDEX,
-        )
-        for action in actions:
-            if unread or not isinstance(action, Metadata):
-                continue
-            if read_change_feed and not is_cdf_enabled(action):
+        for metadata in (a for a in actions if isinstance(a, Metadata) and unread != (version, BASE_INDEX)):
+            if read_change_feed and not is_cdf_enabled(metadata):
                 raise missing_change_data_error(version, start_version, version, table)
             if schema_check is not None:
-                schema_check.check(action, version)
+                schema_check.check(metadata, version)
         if read_change_feed:
             files: list[FileAction] = filter_cdc_actions(actions, version)
         else:
