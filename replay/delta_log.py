@@ -172,19 +172,40 @@ class DeltaLog:
         """Commit ``actions`` as the next version (see :func:`replay.txn.committer.commit`); returns it.
 
         ``read_version`` is the version the actions were derived from: commits landed since then
-        are checked for conflicts. ``None`` makes a blind commit against the latest version.
+        are checked for conflicts. ``None`` makes a blind commit against the latest version
+        (``-1`` creates the table). Delta's writer checks apply to the snapshot the commit is
+        made from, which must load: an unreadable or gapped log, a protocol this library cannot
+        commit to and a data removal from an append-only table are refused before anything is
+        written (see :meth:`replay.protocol.table_config.TableConfiguration.check_commit`).
         """
+        read_snapshot = self._commit_base(read_version)
         try:
             return commit(
                 self.io,
                 actions,
                 operation,
                 operation_parameters,
-                read_version=read_version,
+                read_version=-1 if read_snapshot is None else read_snapshot.version,
+                read_snapshot=read_snapshot,
                 reads_whole_table=reads_whole_table,
             )
         finally:
             self.invalidate()
+
+    def _commit_base(self, read_version: int | None) -> Snapshot | None:
+        """The snapshot a commit is made from: the (cached) latest one for a blind commit, the one
+        at ``read_version`` otherwise, ``None`` for a new table."""
+        if read_version is not None and read_version < 0:
+            return None
+        try:
+            latest = self.update()
+        except TableNotFoundError:
+            if read_version is not None:
+                raise
+            return None
+        if read_version is None or read_version == latest.version:
+            return latest
+        return self.snapshot(read_version)
 
     def checkpoint(self, version: int | None = None) -> CheckpointResult:
         """Write a checkpoint of ``version`` (latest if ``None``); see :mod:`replay.txn.checkpoint_writer`."""

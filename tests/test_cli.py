@@ -267,6 +267,23 @@ def test_errors_are_one_line_with_exit_code_2(
     assert "Traceback" not in err
 
 
+def test_debug_keeps_exit_code_2_and_adds_the_traceback(tmp_path: Path) -> None:
+    empty = tmp_path / "not-a-table"
+    empty.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "replay", "snapshot", str(empty), "--debug"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("deltalog: error: TableNotFoundError: ") and str(empty) in last
+
+
 def test_usage_errors_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "snapshot")
     assert code == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from replay.data import (
+    CorruptDataFileError,
     DataFileNotFoundError,
     TableReader,
     conform_column,
@@ -26,6 +28,7 @@ from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata
 from replay.protocol.predicates import InvalidFilterError
 from replay.protocol.schema import PrimitiveType, parse_schema
+from replay.txn.write import write_table
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 DAT_CASES = sorted(
@@ -125,6 +128,31 @@ def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
         snapshot.to_arrow()
     reader = TableReader.for_metadata(snapshot.table_path, snapshot.metadata)
     assert reader.read_files([victim], ignore_missing=True).num_rows == 0
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "damaged-pages"])
+def test_unreadable_data_file_is_a_typed_error_naming_it(tmp_path: Path, damage: str) -> None:
+    table = tmp_path / "t"
+    rows = pa.table({"id": list(range(20000)), "s": [f"value-{i}" for i in range(20000)]})
+    write_table(str(table), rows, max_rows_per_file=10000)
+    snapshot = DeltaLog.for_table(str(table)).snapshot()
+    assert len(snapshot.files()) == 2  # local files are scanned together as one dataset
+    victim = table / snapshot.files()[0].path
+    data = bytearray(victim.read_bytes())
+    if damage == "garbage":
+        data = bytearray(b"not a parquet file at all")
+    elif damage == "truncated":
+        data = data[: len(data) // 2]
+    else:  # the footer is intact, the first page is not: the failure comes while decoding
+        data[20:400] = b"\xab" * 380
+    victim.write_bytes(bytes(data))
+    message = f"Data file file://{victim} of table file://{table} cannot be read as Parquet: "
+    with pytest.raises(CorruptDataFileError, match=re.escape(message)) as info:
+        snapshot.to_arrow()
+    assert info.value.path == f"file://{victim}"
+    reader = TableReader.for_metadata(snapshot.table_path, snapshot.metadata)
+    with pytest.raises(CorruptDataFileError, match=re.escape(message)):
+        reader.read_file(snapshot.files()[0])
 
 
 def test_reads_through_a_non_local_filesystem() -> None:

@@ -1,7 +1,8 @@
 """``deltalog``: inspect and follow Delta tables on any storage from a terminal.
 
-Exit codes: 0 success, 1 usage error, 2 table, storage or configuration error. Errors print one
-line naming the table, version, path or key; ``--debug`` adds the traceback.
+Exit codes: 0 success, 1 usage error, 2 table, storage or configuration error (with or without
+``--debug``). Errors print one line naming the table, version, path or key; ``--debug`` prints
+the traceback before it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -328,9 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
         if debug:
-            raise
+            traceback.print_exc(file=sys.stderr)
         print(f"deltalog: error: {_describe(exc)}", file=sys.stderr)
         return EXIT_FAILURE
 
