@@ -26,6 +26,7 @@ from replay.protocol.errors import DeltaError, IncompatibleSchemaChangeError
 from replay.protocol.schema import PrimitiveType, StructField, StructType
 from replay.protocol.schema_evolution import (
     has_no_column_mapping_schema_changes,
+    is_additive_change,
     is_read_compatible,
     tree_string,
 )
@@ -171,6 +172,9 @@ class StreamSchemaCheck:
     ``read`` is the table's metadata when the source started (at ``read_version``); the source
     reads every file with its schema (plus the change columns for the change feed).
     ``starting_options``: the stream was given ``startingVersion`` or ``startingTimestamp``.
+    While streaming, added columns flow and every other change stops the stream with
+    ``DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE``; data older than the read version is checked
+    with Delta's read-compatibility rule.
     """
 
     read: Metadata
@@ -193,6 +197,12 @@ class StreamSchemaCheck:
         new, old = (self.read, metadata) if version < self.read_version else (metadata, self.read)
         if not has_no_column_mapping_schema_changes(new, old):
             raise self._non_additive_error(old.schema, new.schema, version)
+        if version >= self.read_version:
+            # while streaming: added columns flow (read with the stream's schema); a rename, drop,
+            # type change or a column made non-nullable stops the stream
+            if not is_additive_change(old.schema, new.schema):
+                raise self._non_additive_error(old.schema, new.schema, version)
+            return
         data_schema = cdc_read_schema(metadata.schema) if self.change_feed else metadata.schema
         if not is_read_compatible(
             data_schema,

@@ -102,6 +102,27 @@ def _primitive_key(data_type: PrimitiveType) -> str | tuple[int, int]:
     return data_type.precision_scale if data_type.is_decimal else data_type.name
 
 
+def is_additive_change(old: StructType, new: StructType) -> bool:
+    """Whether ``new`` only adds columns to ``old``: every column of ``old`` (nested ones too) is in
+    ``new`` under the same name (case-insensitive), with the same type and not made non-nullable.
+
+    A stream reading with ``old`` keeps reading data written with such a ``new`` schema.
+    """
+    later = {tuple(part.lower() for part in path): field for path, field in explode(new)}
+    for path, field in explode(old):
+        other = later.get(tuple(part.lower() for part in path))
+        if other is None or (field.nullable and not other.nullable):
+            return False
+        if isinstance(field.type, PrimitiveType) != isinstance(other.type, PrimitiveType):
+            return False
+        if isinstance(field.type, PrimitiveType) and isinstance(other.type, PrimitiveType):
+            if _primitive_key(field.type) != _primitive_key(other.type):
+                return False
+        elif type(field.type) is not type(other.type):
+            return False
+    return True
+
+
 # -- column mapping -------------------------------------------------------------------------------
 def explode(schema: StructType, physical: bool = False) -> Iterator[tuple[FieldPath, StructField]]:
     """Every field of ``schema`` with its path, nested ones too (Delta's ``SchemaMergingUtils.explode``).
