@@ -24,7 +24,7 @@ import pyarrow.json as pajson
 from logstores.base import FileStatus
 from logstores.errors import BinaryAccessUnsupportedError
 from replay.log.concurrency import prefetch
-from replay.log.listing import classify_listing, list_log
+from replay.log.listing import LogListing, classify_listing, list_log
 from replay.log.table_io import TableIO
 from replay.progress import track
 from replay.protocol import filenames
@@ -177,18 +177,26 @@ def check_next_version(expected: int, seen: int, table: str) -> None:
 
 
 def commit_statuses(
-    io: TableIO, start: int, end: int | None = None, *, fail_on_data_loss: bool = True
+    io: TableIO,
+    start: int,
+    end: int | None = None,
+    *,
+    fail_on_data_loss: bool = True,
+    listing: LogListing | None = None,
 ) -> list[tuple[int, FileStatus]]:
     """The commit files of versions ``start..end`` (``end`` ``None``: the latest), listed once.
 
+    ``listing``, if given, is used instead of listing (it must start at or before ``start``).
     With ``fail_on_data_loss``, a missing first commit or a gap raises :class:`DataLossError`
     (:func:`check_next_version`); otherwise the commits present are returned. Raises
     :class:`TableNotFoundError` when the log directory does not exist.
     """
-    statuses = list_log(io, max(start, 0))
-    if statuses is None:
-        raise TableNotFoundError.no_commits(io.table_path, io.log_path)
-    deltas = classify_listing(statuses, end).deltas
+    if listing is None:
+        statuses = list_log(io, max(start, 0))
+        if statuses is None:
+            raise TableNotFoundError.no_commits(io.table_path, io.log_path)
+        listing = classify_listing(statuses, end, listed_from=max(start, 0))
+    deltas = [(v, s) for v, s in listing.deltas if v >= start and (end is None or v <= end)]
     if fail_on_data_loss:
         expected = start
         for version, _ in deltas:
@@ -198,13 +206,19 @@ def commit_statuses(
 
 
 def iter_commits(
-    io: TableIO, start: int, end: int | None = None, *, fail_on_data_loss: bool = True
+    io: TableIO,
+    start: int,
+    end: int | None = None,
+    *,
+    fail_on_data_loss: bool = True,
+    listing: LogListing | None = None,
 ) -> Iterator[tuple[int, list[Action]]]:
     """Commits ``start..end`` in order as ``(version, actions)`` (Delta's ``getChanges``).
 
-    Files are fetched ahead on the table's log pool; see :func:`commit_statuses` for the checks.
+    Files are fetched ahead on the table's log pool; see :func:`commit_statuses` for the checks
+    and ``listing``.
     """
-    deltas = commit_statuses(io, start, end, fail_on_data_loss=fail_on_data_loss)
+    deltas = commit_statuses(io, start, end, fail_on_data_loss=fail_on_data_loss, listing=listing)
     reader = prefetch(io.executor(), lambda s: read_commit_dicts(io, s), [s for _, s in deltas], io.window)
     for (version, _), lines in zip(deltas, track("Reading commits", reader, len(deltas)), strict=True):
         yield version, actions_from_dicts(lines)
