@@ -111,7 +111,9 @@ def _check_log(uri: str, conf: dict[str, str], acks: list[Path]) -> tuple[int, i
         per_version[version] += 1
     acknowledged = [entry for ack in acks for entry in _acknowledged(ack)]
     for version, path in acknowledged:
-        assert committed.get(path) == version, f"acknowledged {path} at {version}, found {committed.get(path)}"
+        assert committed.get(path) == version, (
+            f"acknowledged {path} at {version}, found {committed.get(path)}"
+        )
     assert sorted(add.path for add in log.snapshot().files()) == sorted(committed)
     later = log.commit([AddFile(path="later", size=1, modification_time=1, data_change=True)])
     assert later == latest + 1

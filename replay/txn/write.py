@@ -16,7 +16,7 @@ import pyarrow as pa
 from logstores.conf import ConfLike
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, AddFile, Metadata, Protocol, RemoveFile
-from replay.protocol.errors import DeltaError, TableNotFoundError
+from replay.protocol.errors import TableNotFoundError
 from replay.protocol.paths import normalize_path_key, resolve_path
 from replay.protocol.schema import StructType
 from replay.protocol.table_config import TableConfiguration
@@ -106,8 +106,10 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     and the table properties ``configuration`` (e.g. ``delta.enableChangeDataFeed``); later
     writes must match the table's columns and partitioning (``ValueError`` otherwise) and ignore
     ``configuration``. Raises :class:`UnsupportedTableFeatureError` for tables needing writer
-    features this writer lacks and :class:`replay.protocol.errors.ConcurrentModificationError` when a
-    concurrent commit conflicts (an overwrite conflicts with any concurrent append).
+    features this writer lacks, :class:`AppendOnlyTableError` for an overwrite of an append-only
+    table (both before any data file is written) and
+    :class:`replay.protocol.errors.ConcurrentModificationError` when a concurrent commit
+    conflicts (an overwrite conflicts with any concurrent append).
     """
     if mode not in WRITE_MODES:
         raise ValueError(f"mode must be one of {', '.join(WRITE_MODES)}, not {mode!r}")
@@ -130,7 +132,6 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
         actions += [protocol, metadata]
     else:
         protocol, metadata = snapshot.protocol, snapshot.metadata
-        snapshot.config.check_writable()
         partition_columns = list(metadata.partition_columns)
         if partition_by is not None and list(partition_by) != partition_columns:
             raise ValueError(
@@ -139,6 +140,13 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
             )
     data = _conform(arrow_table, metadata.arrow_schema, table_uri)
     config = TableConfiguration(protocol, metadata, io.table_path)
+    # Refused before any data file is written: the data writer's own limits, then the checks the
+    # commit will make (the same rule, TableConfiguration.check_commit).
+    config.check_writable()
+    config.check_commit(
+        removes_data=mode == "overwrite" and snapshot is not None,
+        previous=snapshot.config if snapshot is not None else None,
+    )
     files = write_data_files(
         io.table_path,
         data,
@@ -149,7 +157,6 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     )
     removes: list[RemoveFile] = []
     if mode == "overwrite" and snapshot is not None:
-        _check_not_append_only(snapshot.config)
         now = int(time.time() * 1000)
         removes = [remove_action(add, now) for add in snapshot.files()]
     actions += [written.add for written in files]
@@ -195,15 +202,15 @@ def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = N
 
     ``paths`` are paths as the log spells them (``AddFile.path``, compared with %-escapes
     normalised) or resolved URIs of the files. Raises :class:`ValueError` naming every path that
-    is not an active file, :class:`TableNotFoundError` if there is no table, and
-    :class:`replay.protocol.errors.ConcurrentModificationError` if a concurrent commit removed one of them.
+    is not an active file, :class:`TableNotFoundError` if there is no table, the commit checks'
+    errors (:meth:`TableConfiguration.check_commit`: an append-only table, a protocol this
+    library cannot commit to) and :class:`replay.protocol.errors.ConcurrentModificationError`
+    if a concurrent commit removed one of them.
     """
     io = TableIO.for_table(table_uri, conf)
     snapshot = _latest_snapshot(io)
     if snapshot is None:
         raise TableNotFoundError(f"Cannot delete files: no Delta table at {table_uri}", table=table_uri)
-    snapshot.config.check_writable()
-    _check_not_append_only(snapshot.config)
     by_key: dict[str, AddFile] = {}
     for add in snapshot.files():
         by_key[normalize_path_key(add.path)] = add
@@ -233,13 +240,3 @@ def _check_partition_columns(partition_columns: list[str], schema: pa.Schema, ta
         raise ValueError(f"Partition columns {missing} are not columns of the data written to {table}")
     if partition_columns and len(partition_columns) == len(schema.names):
         raise ValueError(f"Cannot partition table {table} by all of its columns {partition_columns}")
-
-
-def _check_not_append_only(config: TableConfiguration) -> None:
-    table = config.table
-    if config.append_only:
-        raise DeltaError(
-            f"This table is configured to only allow appends: cannot remove files from {table} "
-            "(delta.appendOnly = true)",
-            table=table,
-        )
