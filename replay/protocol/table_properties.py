@@ -132,3 +132,27 @@ ENABLE_EXPIRED_LOG_CLEANUP = TableProperty("delta.enableExpiredLogCleanup", True
 DATA_SKIPPING_NUM_INDEXED_COLS = TableProperty("delta.dataSkippingNumIndexedCols", 32, parse_int)
 COLUMN_MAPPING_MODE = TableProperty("delta.columnMapping.mode", "none", parse_column_mapping_mode)
 ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, parse_bool)
+
+KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
+    APPEND_ONLY,
+    ENABLE_CHANGE_DATA_FEED,
+    ENABLE_IN_COMMIT_TIMESTAMPS,
+    IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
+    IN_COMMIT_TIMESTAMP_ENABLEMENT_TIMESTAMP,
+    CHECKPOINT_INTERVAL,
+    LOG_RETENTION,
+    DELETED_FILE_RETENTION,
+    SET_TRANSACTION_RETENTION,
+    ENABLE_EXPIRED_LOG_CLEANUP,
+    DATA_SKIPPING_NUM_INDEXED_COLS,
+    COLUMN_MAPPING_MODE,
+    ENABLE_DELETION_VECTORS,
+)
+"""Every property this library parses."""
+
+
+def check_table_properties(configuration: Mapping[str, str]) -> None:
+    """Parse every known property set in ``configuration`` (a new table's), raising
+    :class:`InvalidTablePropertyError` naming the first one whose value Delta would refuse."""
+    for prop in KNOWN_PROPERTIES:
+        prop.value_in(configuration)
