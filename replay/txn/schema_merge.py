@@ -8,7 +8,8 @@ at the end of their struct; arrays and maps merge element-wise; ``byte``, ``shor
 A write without ``mergeSchema`` whose merged schema differs from the table's fails with Delta's
 schema mismatch error (:func:`schema_mismatch_error`), which prints both schemas as Spark's
 ``treeString``. With ``allow_implicit_casts`` (Delta's ``allowImplicitConversions``, what SQL
-inserts use) a primitive data type that differs keeps the table's type: values are cast on write.
+inserts use) a primitive data type that differs, and cannot be widened, keeps the table's type:
+values are cast on write.
 """
 
 from __future__ import annotations
@@ -102,13 +103,13 @@ def _merge(current: DataType, update: DataType, implicit: bool) -> DataType:
     if isinstance(current, PrimitiveType) and isinstance(update, PrimitiveType):
         if current.name == "void":
             return update
+        widened = _INTEGRAL_WIDENING.get((current.name, update.name))
+        if widened is not None:
+            return PrimitiveType(widened)
         if update.name == "void" or implicit:
             return current
         if current.is_decimal and update.is_decimal:
             raise SchemaMismatchError(_decimal_mismatch(current, update))
-        widened = _INTEGRAL_WIDENING.get((current.name, update.name))
-        if widened is not None:
-            return PrimitiveType(widened)
     raise SchemaMismatchError(
         "[DELTA_MERGE_INCOMPATIBLE_DATATYPE] Failed to merge incompatible data types "
         f"{scala_type_name(current)} and {scala_type_name(update)}"
