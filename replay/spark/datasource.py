@@ -141,7 +141,10 @@ class ReadSettings:
         lowered = {key.lower(): value for key, value in raw.items()}
         path = lowered.get("path")
         if not path:
-            raise InvalidOptionError("'path' is not specified: use .load(<table uri>)")
+            raise InvalidOptionError(
+                "'path' is not specified: use .load(<table uri>) or .save(<table uri>) (Spark passes "
+                "neither LOCATION nor OPTIONS of a SQL table to a Python data source)"
+            )
         conf = {**storage_conf(session_conf), **storage_conf(raw)}
         out_of_range = lowered.get(OUT_OF_RANGE_KEY.lower(), session_conf.get(OUT_OF_RANGE_KEY, "false"))
         starting_version: int | str | None = None
