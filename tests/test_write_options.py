@@ -268,3 +268,41 @@ def test_append_only_tables_refuse_overwrites_before_writing(tmp_path: Path) -> 
     with pytest.raises(DeltaError, match="only allow appends"):
         write_table(path, pa.table({"id": [2]}), mode="overwrite")
     assert len(data_files(tmp_path)) == 1
+
+
+def test_deletion_vector_tables_are_appended_and_overwritten(golden_root: Path, tmp_path: Path) -> None:
+    import shutil
+
+    path = tmp_path / "dv"
+    shutil.copytree(golden_root / "dat/deletion_vectors/delta", path)
+    columns = ["letter", "int", "date"]
+    assert rows(path, *columns) == [("b", 228, dt.date(1978, 12, 1))]  # the DV hides the others
+    write_table(str(path), pa.table({"letter": ["z"], "int": [1], "date": [dt.date(2024, 1, 1)]}))
+    expected = [("b", 228, dt.date(1978, 12, 1)), ("z", 1, dt.date(2024, 1, 1))]
+    assert rows(path, *columns) == expected
+    version = write_table(
+        str(path), pa.table({"letter": ["y"], "int": [2], "date": [None]}), mode="overwrite"
+    )
+    removed = [a for a in DeltaLog.for_table(str(path)).read_version(version) if isinstance(a, RemoveFile)]
+    assert sum(r.deletion_vector is not None for r in removed) == 1  # removed with its deletion vector
+    assert rows(path, *columns) == [("y", 2, None)]
+
+
+def test_column_mapping_tables_are_refused_before_anything_is_written(
+    golden_root: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from replay.protocol.errors import UnsupportedTableFeatureError
+
+    path = tmp_path / "cm"
+    shutil.copytree(golden_root / "dat/column_mapping/delta", path)
+    before = data_files(path)
+    data = read_snapshot(DeltaLog.for_table(str(path)).snapshot()).slice(0, 1)
+    with pytest.raises(
+        UnsupportedTableFeatureError, match=r"uses features this writer does not support: .*columnMapping"
+    ):
+        write_table(str(path), data)
+    assert data_files(path) == before
+    with pytest.raises(UnsupportedTableFeatureError, match=r"delta\.columnMapping\.mode"):
+        write_table(str(tmp_path / "new"), data, configuration={"delta.columnMapping.mode": "name"})
