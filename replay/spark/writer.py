@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -37,12 +38,17 @@ from pyspark.sql.types import StructType
 
 from replay.log.table_io import TableIO
 from replay.protocol.actions import AddFile
-from replay.protocol.errors import TableNotFoundError
+from replay.protocol.schema import StructType as DeltaSchema
 from replay.protocol.schema import parse_schema
-from replay.state.loader import load_snapshot
-from replay.state.snapshot import Snapshot
 from replay.txn.data_writer import WrittenFile, delete_data_files, write_batches
-from replay.txn.write_plan import InvalidWriteOptionError, WriteOptions, WritePlan, commit_write, plan_write
+from replay.txn.write_plan import (
+    InvalidWriteOptionError,
+    WriteOptions,
+    WritePlan,
+    commit_write,
+    latest_snapshot,
+    plan_write,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -149,15 +155,9 @@ def _table_property_name(key: str) -> str:
     return _PROPERTY_NAMES.get(key.lower(), key)
 
 
-def _delta_schema(schema: StructType) -> Any:
+def _delta_schema(schema: StructType) -> DeltaSchema:
+    """The Delta schema of a Spark schema (Spark's JSON form is Delta's ``schemaString``)."""
     return parse_schema(schema.json())
-
-
-def _latest_snapshot(io: TableIO) -> Snapshot | None:
-    try:
-        return load_snapshot(io)
-    except TableNotFoundError:
-        return None
 
 
 def _plan(
@@ -165,7 +165,7 @@ def _plan(
 ) -> WritePlan:
     """Plan against the latest snapshot; with ``app_id``, note the version that application committed."""
     io = TableIO.for_table(path, conf)
-    snapshot = _latest_snapshot(io)
+    snapshot = latest_snapshot(io)
     plan = plan_write(io, snapshot, _delta_schema(schema), options)
     if app_id is not None and snapshot is not None:
         plan = replace(plan, committed_txn_version=snapshot.set_transactions.get(app_id))
@@ -185,8 +185,6 @@ class WrittenFiles(WriterCommitMessage):
         return cls([f.add.json() for f in files], [f.num_rows for f in files])
 
     def files(self) -> list[WrittenFile]:
-        import orjson
-
         return [
             WrittenFile(AddFile.from_dict(orjson.loads(line)["add"]), rows)
             for line, rows in zip(self.adds, self.rows, strict=True)

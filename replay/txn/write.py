@@ -21,8 +21,6 @@ from replay.protocol.actions import AddFile
 from replay.protocol.errors import TableNotFoundError
 from replay.protocol.paths import normalize_path_key, resolve_path
 from replay.protocol.schema import StructType
-from replay.state.loader import load_snapshot
-from replay.state.snapshot import Snapshot
 from replay.txn.committer import commit
 from replay.txn.data_writer import delete_data_files, write_batches
 from replay.txn.post_commit import run_post_commit_hooks
@@ -31,6 +29,7 @@ from replay.txn.write_plan import (
     WriteOptions,
     check_not_append_only,
     commit_write,
+    latest_snapshot,
     new_table_protocol,
     plan_write,
     remove_action,
@@ -113,7 +112,7 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
         allow_implicit_casts=True,
     )
     io = TableIO.for_table(table_uri, conf)
-    snapshot = _latest_snapshot(io)
+    snapshot = latest_snapshot(io)
     plan = plan_write(io, snapshot, delta_schema(arrow_table.schema), options)
     if plan.already_committed:
         return commit_write(io, plan, [], snapshot=snapshot)
@@ -139,7 +138,7 @@ def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = N
     :class:`replay.protocol.errors.ConcurrentModificationError` if a concurrent commit removed one of them.
     """
     io = TableIO.for_table(table_uri, conf)
-    snapshot = _latest_snapshot(io)
+    snapshot = latest_snapshot(io)
     if snapshot is None:
         raise TableNotFoundError(f"Cannot delete files: no Delta table at {table_uri}", table=table_uri)
     snapshot.config.check_writable()
@@ -160,10 +159,3 @@ def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = N
     version = commit(io, removes, "DELETE", parameters, read_snapshot=snapshot, operation_metrics=metrics)
     run_post_commit_hooks(io, version, snapshot.config)
     return version
-
-
-def _latest_snapshot(io: TableIO) -> Snapshot | None:
-    try:
-        return load_snapshot(io)
-    except TableNotFoundError:
-        return None

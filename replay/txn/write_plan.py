@@ -37,7 +37,7 @@ import pyarrow as pa
 from replay.data.partition_values import parse_partition_value
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, AddFile, Metadata, Protocol, RemoveFile, SetTransaction
-from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
+from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
 from replay.protocol.schema import PrimitiveType, StructType
 from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_properties import (
@@ -249,6 +249,14 @@ def _check_partitioning(partition_columns: list[str], schema: StructType, table:
 
 
 # -- the plan -----------------------------------------------------------------------------------
+def latest_snapshot(io: TableIO) -> Snapshot | None:
+    """The table's latest snapshot, or ``None`` when there is no table yet (a write creates it)."""
+    try:
+        return load_snapshot(io)
+    except TableNotFoundError:
+        return None
+
+
 @dataclass(frozen=True)
 class WritePlan:
     """Everything a data-writing commit decided before its files are written (picklable)."""
