@@ -447,3 +447,46 @@ def test_streaming_sink_complete_mode_overwrites_each_batch(deltalog: Any, tmp_p
     assert any(isinstance(a, RemoveFile) for a in log.read_version(log.latest_version()))
     assert commit_info(log, 1)["operationParameters"]["outputMode"] == "Complete"
     shutil.rmtree(checkpoint)
+
+
+def test_options_arrive_in_lower_case_and_are_read_as_delta_spells_them() -> None:
+    from replay.spark.datasource import storage_conf
+    from replay.spark.writer import streaming_app_id, write_options
+    from replay.txn.write_plan import InvalidWriteOptionError
+
+    lowered = {
+        "partitionby": "a, `b`",
+        "mergeschema": "TRUE",
+        "replacewhere": "a = 1",
+        "txnappid": "app",
+        "txnversion": "3",
+        "delta.enablechangedatafeed": "true",
+        "delta.logstore.s3a.impl": "x",
+        "spark.io.delta.storage.s3dynamodblogstore.ddb.tablename": "locks",
+    }
+    session = {
+        "spark.sql.sources.partitionOverwriteMode": "DYNAMIC",
+        "spark.sql.files.maxRecordsPerFile": "0",
+    }
+    options = write_options(lowered, session, overwrite=True)
+    assert (options.partition_by, options.merge_schema, options.replace_where) == (("a", "b"), True, "a = 1")
+    assert (options.txn_app_id, options.txn_version) == ("app", 3)
+    assert options.partition_overwrite_mode == "static"  # an explicit replaceWhere wins over the session
+    assert write_options({}, session, overwrite=True).partition_overwrite_mode == "dynamic"
+    assert options.configuration == {"delta.enablechangedatafeed": "true"}  # spelled right on create
+    assert storage_conf(lowered) == {
+        "delta.logStore.s3a.impl": "x",
+        "spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName": "locks",
+    }
+    with pytest.raises(InvalidWriteOptionError) as error:
+        write_options({"overwriteschema": "yes"}, {}, overwrite=True)
+    assert str(error.value) == (
+        "[DELTA_ILLEGAL_OPTION] Invalid value 'yes' for option 'overwriteSchema', must be 'true' or 'false'"
+    )
+    first = streaming_app_id({"checkpointlocation": "/ck/q1"})
+    assert (
+        first
+        == streaming_app_id({"checkpointlocation": "/ck/q1/"})
+        != streaming_app_id({"checkpointlocation": "/ck/q2"})
+    )
+    assert streaming_app_id({"txnappid": "mine", "checkpointlocation": "/ck/q1"}) == "mine"

@@ -126,8 +126,10 @@ def test_new_tables_check_partitioning_and_table_properties(tmp_path: Path) -> N
     with pytest.raises(InvalidTablePropertyError, match=r"delta.checkpointInterval: must be positive"):
         write_table(str(tmp_path / "c"), data, configuration={"delta.checkpointInterval": "0"})
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.json"))
-    write_table(str(tmp_path / "d"), data, partition_by=["P"])  # resolved case-insensitively
-    assert DeltaLog.for_table(str(tmp_path / "d")).snapshot().partition_columns == ["p"]
+    write_table(str(tmp_path / "d"), data, partition_by=["P"], configuration={"delta.appendonly": "true"})
+    metadata = DeltaLog.for_table(str(tmp_path / "d")).snapshot().metadata
+    assert metadata.partition_columns == ["p"]  # resolved case-insensitively
+    assert metadata.configuration == {"delta.appendOnly": "true"}  # Delta's spelling
 
 
 # -- partial overwrites ------------------------------------------------------------------------------

@@ -156,3 +156,26 @@ def check_table_properties(configuration: Mapping[str, str]) -> None:
     :class:`InvalidTablePropertyError` naming the first one whose value Delta would refuse."""
     for prop in KNOWN_PROPERTIES:
         prop.value_in(configuration)
+
+
+PASS_THROUGH_KEYS = (
+    "delta.checkpoint.writeStatsAsJson",
+    "delta.checkpoint.writeStatsAsStruct",
+    "delta.checkpointRetentionDuration",
+    "delta.isolationLevel",
+    "delta.randomizeFilePrefixes",
+    "delta.minReaderVersion",
+    "delta.minWriterVersion",
+    "delta.targetFileSize",
+    "delta.tuneFileSizesForRewrites",
+    "delta.dataSkippingStatsColumns",
+)
+"""Delta table properties this library stores without interpreting them."""
+_CANONICAL_KEYS = {key.lower(): key for key in (*(p.key for p in KNOWN_PROPERTIES), *PASS_THROUGH_KEYS)}
+
+
+def canonical_property_key(key: str) -> str:
+    """Delta's spelling of a table property key given in any case (``delta.appendonly`` ->
+    ``delta.appendOnly``); unknown keys are returned unchanged. Delta matches these keys
+    case-insensitively, and Spark hands data source options over in lower case."""
+    return _CANONICAL_KEYS.get(key.lower(), key)

@@ -103,12 +103,14 @@ def write_options(
     """
     lowered = {str(key).lower(): str(value) for key, value in options.items()}
     txn_version = _int(lowered.get("txnversion"), "txnVersion")
-    overwrite_mode = lowered.get("partitionoverwritemode", session_conf.get(PARTITION_OVERWRITE_MODE_KEY))
+    overwrite_mode = lowered.get("partitionoverwritemode")
+    if overwrite_mode is None and "replacewhere" not in lowered:  # an explicit replaceWhere wins
+        overwrite_mode = session_conf.get(PARTITION_OVERWRITE_MODE_KEY)
     max_records = _int(
         lowered.get("maxrecordsperfile", session_conf.get(MAX_RECORDS_PER_FILE_KEY)), "maxRecordsPerFile"
     )
     configuration = {
-        _table_property_name(key): value
+        key: value
         for key, value in options.items()
         if key.lower().startswith(TABLE_PROPERTY_PREFIX) and not key.lower().startswith(NOT_TABLE_PROPERTIES)
     }
@@ -125,34 +127,6 @@ def write_options(
         max_records_per_file=max_records,
         configuration=configuration,
     )
-
-
-_PROPERTY_NAMES = {
-    "delta.appendonly": "delta.appendOnly",
-    "delta.enablechangedatafeed": "delta.enableChangeDataFeed",
-    "delta.enableincommittimestamps": "delta.enableInCommitTimestamps",
-    "delta.checkpointinterval": "delta.checkpointInterval",
-    "delta.logretentionduration": "delta.logRetentionDuration",
-    "delta.deletedfileretentionduration": "delta.deletedFileRetentionDuration",
-    "delta.settransactionretentionduration": "delta.setTransactionRetentionDuration",
-    "delta.enableexpiredlogcleanup": "delta.enableExpiredLogCleanup",
-    "delta.dataskippingnumindexedcols": "delta.dataSkippingNumIndexedCols",
-    "delta.columnmapping.mode": "delta.columnMapping.mode",
-    "delta.enabledeletionvectors": "delta.enableDeletionVectors",
-    "delta.checkpoint.writestatsasjson": "delta.checkpoint.writeStatsAsJson",
-    "delta.checkpoint.writestatsasstruct": "delta.checkpoint.writeStatsAsStruct",
-    "delta.isolationlevel": "delta.isolationLevel",
-    "delta.randomizefileprefixes": "delta.randomizeFilePrefixes",
-    "delta.minreaderversion": "delta.minReaderVersion",
-    "delta.minwriterversion": "delta.minWriterVersion",
-    "delta.targetfilesize": "delta.targetFileSize",
-    "delta.tuneFileSizesForRewrites".lower(): "delta.tuneFileSizesForRewrites",
-}
-"""Delta's spelling of table properties (Spark hands data source options over in lower case)."""
-
-
-def _table_property_name(key: str) -> str:
-    return _PROPERTY_NAMES.get(key.lower(), key)
 
 
 def _delta_schema(schema: StructType) -> DeltaSchema:

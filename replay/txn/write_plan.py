@@ -45,6 +45,7 @@ from replay.protocol.table_properties import (
     ENABLE_CHANGE_DATA_FEED,
     ENABLE_DELETION_VECTORS,
     ENABLE_IN_COMMIT_TIMESTAMPS,
+    canonical_property_key,
     check_table_properties,
 )
 from replay.state.loader import load_snapshot
@@ -236,7 +237,7 @@ def _resolve_columns(names: Sequence[str], schema: StructType, table: str) -> li
 def _check_partitioning(partition_columns: list[str], schema: StructType, table: str) -> None:
     for name in partition_columns:
         data_type = schema.field(name).type
-        if not isinstance(data_type, PrimitiveType) or data_type.name in ("binary", "void", "variant"):
+        if not isinstance(data_type, PrimitiveType) or data_type.name in ("void", "variant"):
             raise SchemaMismatchError(
                 f"[DELTA_INVALID_PARTITION_COLUMN_TYPE] Using column {name} of type "
                 f"{scala_type_name(data_type)} as a partition column is not supported."
@@ -350,7 +351,7 @@ def _new_table(data_schema: StructType, options: WriteOptions, table: str) -> tu
     schema = as_nullable(data_schema)
     partition_columns = _resolve_columns(options.partition_by or (), schema, table)
     _check_partitioning(partition_columns, schema, table)
-    configuration = {str(key): str(value) for key, value in options.configuration.items()}
+    configuration = {canonical_property_key(str(k)): str(v) for k, v in options.configuration.items()}
     check_table_properties(configuration)
     schema_string = schema.to_json()
     metadata = Metadata(
