@@ -171,6 +171,11 @@ def test_round_trip_on_s3(deltalog: Any, moto_server: MotoServer) -> None:
     assert arrow_rows(deltars.to_pyarrow_table(), columns) == expected
     assert arrow_rows(ours(uri, conf), columns) == expected
     assert deltars.metadata().partition_columns == ["p"]
+    from logstores import open_filesystem
+
+    fs, root = open_filesystem(uri, conf)
+    for add in DeltaLog.for_table(uri, conf).snapshot().files():
+        assert fs.size(f"{root}/{add.path}") == add.size
 
 
 # -- options ---------------------------------------------------------------------------------------
