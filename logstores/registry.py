@@ -116,14 +116,21 @@ def _entry_point(name: str) -> type | None:
     return None
 
 
+def _installed_plugins() -> str:
+    names = sorted({entry.name for entry in entry_points(group=ENTRY_POINT_GROUP)})
+    return f"{', '.join(repr(name) for name in names)}" if names else "no plugins"
+
+
 def _import_class(class_path: str, source: str, extra: str | None) -> type:
     module_name, _, attribute = class_path.partition(":")
     if not attribute:
         module_name, _, attribute = class_path.rpartition(".")
     if not module_name or not attribute:
         raise LogStoreConfError(
-            f"Can not instantiate LogStore class ({source}): expected an alias, a Delta class "
-            "name or a Python path such as 'package.module.ClassName'"
+            f"Can not instantiate LogStore class ({source}): expected an alias, a Delta class name or a "
+            "Python path such as 'package.module.ClassName', or the name of an installed plugin (the "
+            f"entry-point group '{ENTRY_POINT_GROUP}' was searched and holds {_installed_plugins()}; "
+            f"aliases: {', '.join(sorted(KNOWN_LOG_STORES))})"
         )
     try:
         module = importlib.import_module(module_name)

@@ -18,8 +18,8 @@ from logstores.conf import ConfLike
 from replay.log import commit_timestamps
 from replay.log.commit_files import iter_commits, read_commit
 from replay.log.commit_timestamps import CommitRecord, active_commit_at
-from replay.log.listing import earliest_recreatable_version, full_listing, latest_version
-from replay.log.log_segment import build_log_segment, load_log_segment
+from replay.log.listing import LogListing, earliest_recreatable_version, full_listing, latest_version
+from replay.log.log_segment import LogSegment, build_log_segment, load_log_segment, segment_in_listing
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, Metadata, Protocol
 from replay.protocol.errors import MissingVersionsError, TableNotFoundError, VersionNotFoundError
@@ -102,7 +102,17 @@ class DeltaLog:
         if version is not None and timestamp is not None:
             raise ValueError("give a version or a timestamp, not both")
         if timestamp is not None:
-            version = self.version_at_timestamp(to_timestamp_ms(timestamp))
+            listing = full_listing(self.io)  # one listing serves the commit times and the segment
+            version = active_commit_at(
+                self._commit_records(listing), to_timestamp_ms(timestamp), table=self.table_path
+            )
+            segment = segment_in_listing(self.io, listing, version)
+            if segment is not None:
+                return (
+                    self._cached(segment)
+                    if version == listing.latest_version
+                    else load_snapshot(self.io, segment)
+                )
         if version is None:
             return self.update()
         if version < 0:
@@ -133,7 +143,10 @@ class DeltaLog:
 
     def update(self) -> Snapshot:
         """The latest snapshot, reusing the cached one if the log has not changed."""
-        segment = load_log_segment(self.io)
+        return self._cached(load_log_segment(self.io))
+
+    def _cached(self, segment: LogSegment) -> Snapshot:
+        """The snapshot of the latest ``segment``: the cached one if it is that segment, else loaded."""
         with self._lock:
             cached = self._latest
         if cached is not None and cached.log_segment.same_files(segment):
@@ -175,38 +188,57 @@ class DeltaLog:
         """Commit ``actions`` as the next version (see :func:`replay.txn.committer.commit`); returns it.
 
         ``read_version`` is the version the actions were derived from: commits landed since then
-        are checked for conflicts. ``None`` makes a blind commit against the latest version.
+        are checked for conflicts. ``None`` makes a blind commit against the latest version
+        (``-1`` creates the table). Delta's writer checks apply to the snapshot the commit is
+        made from, which must load: an unreadable or gapped log, a protocol this library cannot
+        commit to and a data removal from an append-only table are refused before anything is
+        written (see :meth:`replay.protocol.table_config.TableConfiguration.check_commit`).
         The post-commit hooks run afterwards (automatic checkpoint, log cleanup; see
         :mod:`replay.txn.post_commit`).
         """
-        with self._lock:
-            cached = self._latest
+        read_snapshot = self._commit_base(read_version)
         try:
             version = commit(
                 self.io,
                 actions,
                 operation,
                 operation_parameters,
-                read_version=read_version,
+                read_version=-1 if read_snapshot is None else read_snapshot.version,
+                read_snapshot=read_snapshot,
                 reads_whole_table=reads_whole_table,
             )
         finally:
             self.invalidate()
-        run_post_commit_hooks(self.io, version, self._configuration_after(actions, cached))
+        run_post_commit_hooks(self.io, version, self._configuration_after(actions, read_snapshot))
         return version
 
     def _configuration_after(
-        self, actions: Sequence[Action], cached: Snapshot | None
+        self, actions: Sequence[Action], base: Snapshot | None
     ) -> TableConfiguration | None:
         """The table configuration a commit of ``actions`` leaves, when known without a replay."""
         metadata = next((a for a in actions if isinstance(a, Metadata)), None)
         protocol = next((a for a in actions if isinstance(a, Protocol)), None)
-        if cached is not None:
-            metadata = metadata or cached.metadata
-            protocol = protocol or cached.protocol
+        if base is not None:
+            metadata = metadata or base.metadata
+            protocol = protocol or base.protocol
         if metadata is None or protocol is None:
             return None
         return TableConfiguration(protocol, metadata, self.table_path)
+
+    def _commit_base(self, read_version: int | None) -> Snapshot | None:
+        """The snapshot a commit is made from: the (cached) latest one for a blind commit, the one
+        at ``read_version`` otherwise, ``None`` for a new table."""
+        if read_version is not None and read_version < 0:
+            return None
+        try:
+            latest = self.update()
+        except TableNotFoundError:
+            if read_version is not None:
+                raise
+            return None
+        if read_version is None or read_version == latest.version:
+            return latest
+        return self.snapshot(read_version)
 
     def checkpoint(self, version: int | None = None) -> CheckpointResult:
         """Write a checkpoint of ``version`` (latest if ``None``); see :mod:`replay.txn.checkpoint_writer`."""
@@ -227,10 +259,13 @@ class DeltaLog:
     # -- time ----------------------------------------------------------------------------------------
     def commit_records(self) -> list[CommitRecord]:
         """Every recreatable commit with its effective timestamp, oldest first."""
-        listing = full_listing(self.io)
-        return commit_timestamps.commit_records(
-            self.io, listing, self.update().config.in_commit_timestamps_since
-        )
+        return self._commit_records(full_listing(self.io))
+
+    def _commit_records(self, listing: LogListing) -> list[CommitRecord]:
+        """:meth:`commit_records` from a whole-log listing (also used to find the latest snapshot)."""
+        latest = segment_in_listing(self.io, listing, listing.deltas[-1][0])
+        snapshot = self._cached(latest) if latest is not None else self.update()
+        return commit_timestamps.commit_records(self.io, listing, snapshot.config.in_commit_timestamps_since)
 
     def commit_timestamp(self, version: int) -> int:
         """The effective timestamp (ms) of commit ``version``: in-commit timestamp, else monotonic mtime."""

@@ -223,6 +223,13 @@ def test_checkpoint_through_a_rename_store_leaves_no_temp_files(tmp_path: Path) 
 
 def test_v2_checkpoint_tables_are_refused(tmp_path: Path) -> None:
     protocol = Protocol(3, 7, ["v2Checkpoint"], ["v2Checkpoint"])
-    log = new_log(str(tmp_path / "t"), protocol=protocol)
+    with pytest.raises(
+        UnsupportedTableFeatureError, match=r"DELTA_UNSUPPORTED_FEATURES_FOR_WRITE.*v2Checkpoint"
+    ):
+        new_log(str(tmp_path / "t"), protocol=protocol)  # this library does not commit to such tables
+    log = DeltaLog.for_table(str(tmp_path / "t"))
+    (tmp_path / "t" / "_delta_log").mkdir(parents=True)
+    metadata = Metadata(id="table-id", schema_string=SCHEMA)
+    log.store.write(f"{log.log_path}/{0:020d}.json", [protocol.json(), metadata.json()])
     with pytest.raises(UnsupportedTableFeatureError, match=r"classic checkpoint for table .*v2Checkpoint"):
         log.checkpoint()

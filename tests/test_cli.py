@@ -18,6 +18,7 @@ import pytest
 from replay.cdc import table_changes
 from replay.cli import main
 from replay.cli.demo import build_demo_table
+from replay.cli.main import build_parser
 from replay.delta_log import DeltaLog
 from replay.txn.write import write_table
 from tests.cloud_servers import MotoServer
@@ -266,13 +267,92 @@ def test_errors_are_one_line_with_exit_code_2(
     assert "Traceback" not in err
 
 
+def test_debug_keeps_exit_code_2_and_adds_the_traceback(tmp_path: Path) -> None:
+    empty = tmp_path / "not-a-table"
+    empty.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "replay", "snapshot", str(empty), "--debug"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("deltalog: error: TableNotFoundError: ") and str(empty) in last
+
+
 def test_usage_errors_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "snapshot")
     assert code == 1
     assert "the following arguments are required: uri" in err
     code, _, err = run(capsys, "snapshot", "x", "--version", "-1")
     assert code == 1
-    assert "-1 is negative" in err
+    assert "argument --version: expected a whole number >= 0, got '-1'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["history", "x", "--limit", "many"], "argument --limit: expected a whole number >= 1, got 'many'"),
+        (
+            ["snapshot", "x", "--timestamp", "yesterday"],
+            "'yesterday' is not a time as milliseconds since the epoch",
+        ),
+        (["read", "x", "--limit", "0"], "expected a whole number >= 1, got '0'"),
+    ],
+)
+def test_bad_values_are_usage_errors_without_internal_names(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (1, "")
+    assert message in err and "_non_negative" not in err and "_positive" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_version_and_timestamp_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert capsys.readouterr().out.startswith("deltalog (delta-logstores) ")
+    assert main(["snapshot", "--help"]) == 0
+    assert "a time without a zone is UTC" in " ".join(capsys.readouterr().out.split())
+
+
+def test_multi_line_errors_print_whole_on_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "t"
+    write_table(str(path), pa.table({"id": [1]}))
+    write_table(str(path), pa.table({"id": [2]}))
+    code, _, err = run(capsys, "changes", str(path), "--from", "0")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "as change data was not recorded for version [0]." in err
+    assert err.strip().endswith("(delta.enableChangeDataFeed=true)`. (table file://" + str(path) + ")")
+
+
+def test_wide_values_stay_on_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from replay.cli import output
+
+    sink = io.StringIO()
+    monkeypatch.setattr(
+        output, "_console", lambda stderr=False: Console(file=sink, width=100, highlight=False)
+    )
+    output.emit_history(
+        [{"version": 3, "timestamp": 0, "operation": "WRITE", "operationParameters": {"p": "x" * 300}}],
+        as_json=False,
+    )
+    body = [line for line in sink.getvalue().splitlines() if "WRITE" in line]
+    assert len(body) == 1 and len(body[0]) <= 100 and "…" in body[0]
 
 
 def test_unreachable_endpoint_fails_fast_and_names_it(capsys: pytest.CaptureFixture[str]) -> None:
@@ -357,3 +437,41 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert code == 2
     assert "is not an earlier demo table" in err
     assert (other / "data.txt").read_text() == "keep me"
+
+
+def test_read_prints_filtered_rows(capsys: pytest.CaptureFixture[str], demo_table: Path) -> None:
+    everything = DeltaLog.for_table(str(demo_table)).snapshot().to_arrow()
+    rows = [
+        json.loads(line)
+        for line in run(capsys, "read", str(demo_table), "--filter", "city = 'Lima' or id < 2", "--json")[
+            1
+        ].splitlines()
+    ]
+    expected = everything.filter(
+        (pa.compute.field("city") == "Lima") | (pa.compute.field("id") < 2)
+    ).to_pylist()
+    assert sorted(rows, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
+    code, out, _ = run(capsys, "read", str(demo_table), "--filter", "id in (0, 11)", "--columns", "id,city")
+    assert (code == 0 and "│ id │ city" in out.replace("  ", " ")) or (
+        "id" in out and "Lisbon" in out and "Lima" in out
+    )
+    limited = run(capsys, "read", str(demo_table), "--limit", "2", "--json")[1].splitlines()
+    assert len(limited) == 2
+    assert run(capsys, "read", str(demo_table), "--filter", "id > 999")[1].strip() == "no rows"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("id <", "ends where a value was expected"),
+        ("id = 1 and", "ends where a column name was expected"),
+        ("nope = 1", "filter column nope is not a column"),
+        ("id ~ 3", "cannot read the filter at position 3"),
+    ],
+)
+def test_read_filter_errors_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], demo_table: Path, text: str, message: str
+) -> None:
+    code, out, err = run(capsys, "read", str(demo_table), "--filter", text)
+    assert (code, out) == (1, "")
+    assert message in err and len(err.strip().splitlines()) == 1

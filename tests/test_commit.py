@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -13,8 +15,15 @@ import pytest
 
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, CommitInfo, Metadata, Protocol, RemoveFile, SetTransaction
-from replay.protocol.errors import ConcurrentModificationError
+from replay.protocol.errors import (
+    AppendOnlyTableError,
+    ConcurrentModificationError,
+    CorruptLogError,
+    MissingVersionsError,
+    UnsupportedTableFeatureError,
+)
 from replay.txn.committer import commit, encode_operation_parameters
+from tests.custom_stores import TextOnlyLogStore
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
 
@@ -237,3 +246,141 @@ def test_delta_log_commit_checks_conflicts_since_its_read_version(tmp_path: Path
         log.commit([remove("a")], "DELETE", read_version=1)
     assert error.value.winning_version == 2
     assert log.commit([add("b")], read_version=1) == 3  # a blind append still goes through
+
+
+# -- Delta's writer checks on every commit path ----------------------------------------------------
+def raw_table(uri: str, protocol: Protocol, configuration: dict[str, str] | None = None) -> DeltaLog:
+    """A table whose first commit is written directly (this library would refuse some of these)."""
+    log = DeltaLog.for_table(uri)
+    log.store.create_directories(log.log_path)
+    metadata = Metadata(id="t", schema_string=SCHEMA, configuration=configuration or {})
+    log.store.write(f"{log.log_path}/{0:020d}.json", [protocol.json(), metadata.json(), add("a").json()])
+    return log
+
+
+def versions_of(log: DeltaLog) -> list[str]:
+    return sorted(status.path.rsplit("/", 1)[-1] for status in log.store.list_from(f"{log.log_path}/0"))
+
+
+def test_append_only_tables_refuse_data_removal_on_every_commit_path(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"), {"delta.appendOnly": "true"})
+    log.commit([add("a")])
+    message = (
+        "[DELTA_CANNOT_MODIFY_APPEND_ONLY] This table is configured to only allow appends. If you would like "
+        f"to permit updates or deletes, use 'ALTER TABLE {log.table_path} SET TBLPROPERTIES "
+        "(delta.appendOnly=false)'."
+    )
+    with pytest.raises(AppendOnlyTableError) as info:
+        log.commit([remove("a")], "DELETE")
+    assert str(info.value) == message
+    with pytest.raises(AppendOnlyTableError):
+        commit(log.io, [remove("a")], "DELETE", read_version=1)
+    metadata = log.update().metadata
+    unprotected = dataclasses.replace(metadata, configuration={"delta.appendOnly": "false"})
+    with pytest.raises(AppendOnlyTableError):  # the table is append-only when the commit is made
+        log.commit([unprotected, remove("a")], "DELETE")
+    assert versions_of(log) == [f"{0:020d}.json", f"{1:020d}.json"]
+    compaction = RemoveFile(path="a", deletion_timestamp=1, data_change=False)
+    assert log.commit([compaction, AddFile(path="b", size=1, modification_time=1, data_change=False)]) == 2
+    assert log.commit([unprotected]) == 3
+    protected = dataclasses.replace(metadata, configuration={"delta.appendOnly": "true"})
+    with pytest.raises(AppendOnlyTableError):  # and when the commit makes it append-only
+        log.commit([protected, remove("b")], "DELETE")
+    assert log.commit([remove("b")], "DELETE") == 4
+
+
+@pytest.mark.parametrize(
+    ("protocol", "message"),
+    [
+        (
+            Protocol(1, 8),
+            r'^\[DELTA_INVALID_PROTOCOL_VERSION\] Unsupported Delta protocol version: table ".*/t" requires '
+            r"reader version 1 and writer version 8, but this library supports reader versions 1, 2, 3 and "
+            r"writer versions 1, 2, 3, 4, 5, 6, 7\. Please upgrade to a newer release\.$",
+        ),
+        (
+            Protocol(3, 7, [], ["appendOnly", "rowTracking", "domainMetadata"]),
+            r'^\[DELTA_UNSUPPORTED_FEATURES_FOR_WRITE\] Unsupported Delta write feature: table ".*/t" '
+            r"requires writer table feature\(s\) that are unsupported by this library: rowTracking\.$",
+        ),
+        (
+            Protocol(3, 7, ["futureFeature"], ["futureFeature"]),
+            r'^\[DELTA_UNSUPPORTED_FEATURES_FOR_READ\] Unsupported Delta read feature: table ".*/t" requires '
+            r"reader table feature\(s\) that are unsupported by this library: futureFeature\.$",
+        ),
+    ],
+    ids=["writer-version", "writer-feature", "reader-feature"],
+)
+def test_commits_to_tables_this_library_cannot_write_are_refused(
+    tmp_path: Path, protocol: Protocol, message: str
+) -> None:
+    log = raw_table(str(tmp_path / "t"), protocol)
+    for attempt in (lambda: log.commit([add("b")]), lambda: commit(log.io, [add("b")])):
+        with pytest.raises(UnsupportedTableFeatureError, match=message):
+            attempt()
+    assert versions_of(log) == [f"{0:020d}.json"]
+
+
+def test_a_commit_cannot_upgrade_the_protocol_beyond_this_library(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    with pytest.raises(
+        UnsupportedTableFeatureError, match=r"DELTA_UNSUPPORTED_FEATURES_FOR_WRITE.*rowTracking"
+    ):
+        log.commit([Protocol(1, 7, None, ["appendOnly", "rowTracking"])], "UPGRADE PROTOCOL")
+    with pytest.raises(
+        UnsupportedTableFeatureError, match=r"DELTA_INVALID_PROTOCOL_VERSION.*reader version 4"
+    ):
+        commit(log.io, [Protocol(4, 7, [], [])], "UPGRADE PROTOCOL")
+    assert log.commit([Protocol(1, 7, None, ["appendOnly", "invariants", "changeDataFeed"])]) == 1
+    with pytest.raises(UnsupportedTableFeatureError, match="DELTA_INVALID_PROTOCOL_VERSION"):
+        new_log = DeltaLog.for_table(str(tmp_path / "new"))
+        new_log.commit([Protocol(1, 9), Metadata(id="n", schema_string=SCHEMA)], read_version=-1)
+    assert not (tmp_path / "new" / "_delta_log").exists()
+
+
+@pytest.mark.parametrize("missing", [0, 1], ids=["truncated", "gap"])
+def test_commits_on_a_log_missing_versions_are_refused(tmp_path: Path, missing: int) -> None:
+    log = new_table(str(tmp_path / "t"))
+    log.commit([add("a")])
+    log.commit([add("b")])
+    (tmp_path / "t" / "_delta_log" / f"{missing:020d}.json").unlink()
+    for attempt in (lambda: log.commit([add("c")]), lambda: commit(log.io, [add("c")])):
+        with pytest.raises(
+            MissingVersionsError, match=r"DELTA_TRUNCATED_TRANSACTION_LOG|DELTA_VERSIONS_NOT_CONTIGUOUS"
+        ):
+            attempt()
+    assert f"{3:020d}.json" not in versions_of(log)
+
+
+# -- typed errors for what is not a readable commit file ------------------------------------------
+class DecodingStore(TextOnlyLogStore):
+    """A text store whose ``read_bytes`` decodes lines (and so raises ``UnicodeDecodeError``)."""
+
+    def read_bytes(self, path: str) -> bytes:
+        return "".join(f"{line}\n" for line in self.read(path)).encode("utf-8")
+
+
+@pytest.mark.parametrize("store_class", [TextOnlyLogStore, DecodingStore], ids=["text-only", "decoding"])
+def test_invalid_utf8_in_a_winning_commit_is_a_corrupt_log_error(store_class: type[TextOnlyLogStore]) -> None:
+    store = store_class()
+    log = DeltaLog(f"memory://utf8-{uuid.uuid4().hex}/t", store=store)
+    commit(log.io, [Protocol(1, 2), Metadata(id="t", schema_string=SCHEMA)], read_version=-1)
+    winner = f"{log.log_path}/{1:020d}.json"
+    store.files[winner] = ["placeholder"]  # version 1 is taken ...
+    store.raw[winner] = b'{"commitInfo":{}}\n{"add":{"path":"\xff\xfe"}}\n'  # ... by a damaged commit
+    with pytest.raises(CorruptLogError) as info:
+        commit(log.io, [add("mine")], read_version=0)  # loses the race and checks the winner
+    assert str(info.value).startswith(f"malformed action at {winner} line 2: not valid UTF-8 (")
+    assert (info.value.path, info.value.line) == (winner, 2)
+
+
+def test_a_directory_named_like_a_commit_is_named_in_the_error(tmp_path: Path) -> None:
+    log = new_table(str(tmp_path / "t"))
+    directory = tmp_path / "t" / "_delta_log" / f"{1:020d}.json"
+    directory.mkdir()
+    assert log.latest_version() == 0 and log.snapshot().version == 0  # listing skips directories
+    message = f"log file {log.log_path}/{1:020d}.json of table {log.table_path} is a directory, not a file"
+    with pytest.raises(CorruptLogError, match=re.escape(message)):
+        log.read_version(1)
+    with pytest.raises(CorruptLogError, match=re.escape(message)):
+        log.commit([add("a")])  # version 1 cannot be written, and the "winner" is not a commit

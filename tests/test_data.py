@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from replay.data import (
+    CorruptDataFileError,
     DataFileNotFoundError,
     TableReader,
     conform_column,
@@ -24,8 +26,9 @@ from replay.data import (
 )
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata
+from replay.protocol.predicates import InvalidFilterError
 from replay.protocol.schema import PrimitiveType, parse_schema
-from replay.state.scan import read_snapshot
+from replay.txn.write import write_table
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 DAT_CASES = sorted(
@@ -58,7 +61,7 @@ def expected_table(folder: Path, schema: pa.Schema) -> pa.Table:
 def test_dat_table_content(case: str, version: str) -> None:
     delta_log = DeltaLog.for_table(str(GOLDEN / "dat" / case / "delta"))
     snapshot = delta_log.snapshot(None if version == "latest" else int(version[1:]))
-    got = read_snapshot(snapshot)
+    got = snapshot.to_arrow()
     expected = expected_table(GOLDEN / "dat" / case / "expected" / version / "table_content", got.schema)
     assert got.schema.names == snapshot.schema.field_names
     assert rows(got) == rows(expected)
@@ -67,7 +70,7 @@ def test_dat_table_content(case: str, version: str) -> None:
 @pytest.mark.parametrize("case", SPARK_GOLDEN_CASES)
 def test_spark_golden_table_content(case: str) -> None:
     snapshot = DeltaLog.for_table(str(GOLDEN / "delta-spark-golden" / case / "delta")).snapshot()
-    got = read_snapshot(snapshot)
+    got = snapshot.to_arrow()
     expected = expected_table(GOLDEN / "delta-spark-golden" / case / "expected", got.schema)
     if case == TIMESTAMP_DISPUTED:
         utc = dt.datetime(2021, 9, 8, 11, 11, 11, tzinfo=dt.UTC)
@@ -80,14 +83,14 @@ def test_spark_golden_table_content(case: str) -> None:
 
 def test_columns_are_selected_in_the_order_asked() -> None:
     snapshot = DeltaLog.for_table(str(GOLDEN / "dat/basic_partitioned/delta")).snapshot()
-    got = read_snapshot(snapshot, columns=["number", "letter"])
+    got = snapshot.to_arrow(columns=["number", "letter"])
     assert got.column_names == ["number", "letter"]
     assert sorted(got.to_pylist(), key=lambda r: r["number"]) == [
         {"number": n, "letter": letter}
         for n, letter in [(1, "a"), (2, "b"), (3, "c"), (4, "a"), (5, "e"), (6, "f")]
     ]
-    with pytest.raises(KeyError, match="no field 'nope' in schema"):
-        read_snapshot(snapshot, columns=["nope"])
+    with pytest.raises(InvalidFilterError, match=r"columns \['nope'\] are not columns"):
+        snapshot.to_arrow(columns=["nope"])
 
 
 def test_deletion_vectors_are_applied() -> None:
@@ -122,9 +125,34 @@ def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
     victim = snapshot.files()[0]
     (table / victim.path).unlink()
     with pytest.raises(DataFileNotFoundError, match=f"Data file file://{table}/{victim.path} of table"):
-        read_snapshot(snapshot)
+        snapshot.to_arrow()
     reader = TableReader.for_metadata(snapshot.table_path, snapshot.metadata)
     assert reader.read_files([victim], ignore_missing=True).num_rows == 0
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "damaged-pages"])
+def test_unreadable_data_file_is_a_typed_error_naming_it(tmp_path: Path, damage: str) -> None:
+    table = tmp_path / "t"
+    rows = pa.table({"id": list(range(20000)), "s": [f"value-{i}" for i in range(20000)]})
+    write_table(str(table), rows, max_rows_per_file=10000)
+    snapshot = DeltaLog.for_table(str(table)).snapshot()
+    assert len(snapshot.files()) == 2  # local files are scanned together as one dataset
+    victim = table / snapshot.files()[0].path
+    data = bytearray(victim.read_bytes())
+    if damage == "garbage":
+        data = bytearray(b"not a parquet file at all")
+    elif damage == "truncated":
+        data = data[: len(data) // 2]
+    else:  # the footer is intact, the first page is not: the failure comes while decoding
+        data[20:400] = b"\xab" * 380
+    victim.write_bytes(bytes(data))
+    message = f"Data file file://{victim} of table file://{table} cannot be read as Parquet: "
+    with pytest.raises(CorruptDataFileError, match=re.escape(message)) as info:
+        snapshot.to_arrow()
+    assert info.value.path == f"file://{victim}"
+    reader = TableReader.for_metadata(snapshot.table_path, snapshot.metadata)
+    with pytest.raises(CorruptDataFileError, match=re.escape(message)):
+        reader.read_file(snapshot.files()[0])
 
 
 def test_reads_through_a_non_local_filesystem() -> None:
@@ -134,8 +162,8 @@ def test_reads_through_a_non_local_filesystem() -> None:
     memory.put(str(GOLDEN / "dat/multi_partitioned/delta"), root, recursive=True)
     try:
         snapshot = DeltaLog.for_table(f"memory://{root}").snapshot()
-        expected = read_snapshot(DeltaLog.for_table(str(GOLDEN / "dat/multi_partitioned/delta")).snapshot())
-        assert rows(read_snapshot(snapshot)) == rows(expected)
+        expected = DeltaLog.for_table(str(GOLDEN / "dat/multi_partitioned/delta")).snapshot().to_arrow()
+        assert rows(snapshot.to_arrow()) == rows(expected)
     finally:
         memory.rm(root, recursive=True)
 

@@ -12,6 +12,8 @@ import pytest
 
 from replay.data.deletion_vectors import (
     NATIVE_MAGIC,
+    PORTABLE_MAGIC,
+    Z85_ALPHABET,
     CorruptDeletionVectorError,
     DeletionVectorError,
     DeletionVectorNotFoundError,
@@ -141,6 +143,99 @@ def test_truncated_bitmap_is_reported() -> None:
 
 def test_inline_descriptor() -> None:
     assert decode_inline(inline([9, 3, 5])).tolist() == [3, 5, 9]
+
+
+# Delta's Base85Codec, transcribed block by block (Codec.scala / kernel's Base85Codec.java): the
+# references the vectorised codec is checked against.
+def delta_encode_bytes(data: bytes) -> str:
+    """``Base85Codec.encodeBytes``: unaligned input padded with zero bytes to ``((n + 4) / 4) * 4``."""
+    aligned = data if len(data) % 4 == 0 else data + bytes(((len(data) + 4) // 4) * 4 - len(data))
+    out = []
+    for start in range(0, len(aligned), 4):
+        value = int.from_bytes(aligned[start : start + 4], "big")
+        for power in (85**4, 85**3, 85**2, 85, 1):
+            out.append(Z85_ALPHABET[value // power % 85])
+    return "".join(out)
+
+
+def delta_decode_bytes(text: str, output_length: int) -> bytes:
+    """``Base85Codec.decodeBytes``: each 5 characters summed in a long, stored with ``toInt``."""
+    blocks = bytearray()
+    for start in range(0, len(text), 5):
+        value = 0
+        for char in text[start : start + 5]:
+            value = value * 85 + Z85_ALPHABET.index(char)
+        blocks += (value & 0xFFFFFFFF).to_bytes(4, "big")
+    return bytes(blocks[:output_length])
+
+
+def portable_with_run_cookie(values: list[int], as_runs: bool) -> bytes:
+    """A portable RoaringBitmapArray whose one 32-bit bitmap uses the run cookie (odd sizes).
+
+    ``as_runs`` stores ``values`` (consecutive) as one run, else as an array container.
+    """
+    header = struct.pack("<iqI", PORTABLE_MAGIC, 1, 0)
+    cookie = struct.pack("<I", 12347)  # SERIAL_COOKIE, one container
+    flags = bytes([1 if as_runs else 0])
+    keys = struct.pack("<HH", 0, len(values) - 1)
+    if as_runs:
+        body = struct.pack("<HHH", 1, values[0], len(values) - 1)
+    else:
+        body = struct.pack(f"<{len(values)}H", *values)
+    return header + cookie + flags + keys + body
+
+
+def inline_payloads() -> dict[int, tuple[bytes, list[int]]]:
+    """Serialised bitmaps of every size modulo 4, with their row indexes."""
+    payloads = {}
+    for rows, data in [
+        ([3, 5], serialize_bitmap([3, 5])),  # 32 + 2 * 2 bytes
+        ([7], serialize_bitmap([7])),  # 32 + 2 bytes
+        ([1, 4], portable_with_run_cookie([1, 4], as_runs=False)),  # 25 + 2 * 2 bytes
+        ([10, 11, 12], portable_with_run_cookie([10, 11, 12], as_runs=True)),  # 27 + 4 bytes
+    ]:
+        payloads[len(data) % 4] = (data, rows)
+    assert sorted(payloads) == [0, 1, 2, 3]
+    return payloads
+
+
+@pytest.mark.parametrize("remainder", [0, 1, 2, 3])
+def test_inline_dvs_of_every_size_as_delta_writes_them(remainder: int) -> None:
+    data, rows = inline_payloads()[remainder]
+    text = delta_encode_bytes(data)
+    assert z85_encode(data) == text
+    assert z85_decode(text)[: len(data)] == delta_decode_bytes(text, len(data)) == data
+    descriptor = DeletionVectorDescriptor("i", text, None, len(data), len(rows))
+    assert decode_inline(descriptor).tolist() == rows
+
+
+@pytest.mark.parametrize("remainder", [0, 1, 2, 3])
+def test_inline_dv_padding_is_never_decoded_as_data(remainder: int) -> None:
+    """What follows ``sizeInBytes`` is padding: Delta decodes it in 32-bit blocks and drops it.
+
+    A writer that pads the text with the highest digit (a whole ``#####`` group, above 2**32)
+    or whose last group wraps past 2**32 still gives Delta's bytes.
+    """
+    data, rows = inline_payloads()[remainder]
+    text = delta_encode_bytes(data) + "#####"
+    assert delta_decode_bytes(text, len(data)) == data
+    assert decode_inline(DeletionVectorDescriptor("i", text, None, len(data), len(rows))).tolist() == rows
+    # a last group whose value is the padded block + 2**32: Java's toInt wraps it back
+    last = int.from_bytes(data[-(len(data) % 4 or 4) :].ljust(4, b"\0"), "big")
+    if last + 2**32 < 85**5:
+        wrapped = delta_encode_bytes(data)[:-5] + "".join(
+            Z85_ALPHABET[(last + 2**32) // power % 85] for power in (85**4, 85**3, 85**2, 85, 1)
+        )
+        assert (
+            decode_inline(DeletionVectorDescriptor("i", wrapped, None, len(data), len(rows))).tolist() == rows
+        )
+
+
+def test_z85_decoding_is_delta_block_arithmetic() -> None:
+    rng = np.random.default_rng(7)
+    text = "".join(Z85_ALPHABET[i] for i in rng.integers(0, 85, 5 * 200))
+    assert z85_decode(text) == delta_decode_bytes(text, 4 * 200)
+    assert z85_decode("#####") == (85**5 - 1 - 2**32).to_bytes(4, "big")
 
 
 def test_inline_cardinality_mismatch() -> None:

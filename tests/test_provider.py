@@ -262,6 +262,15 @@ def test_entry_point_plugins(tmp_path: Path) -> None:
         check=True,
     )
     assert result.stdout.strip() == "AcmeLogStore"
+    missing = script.replace('"acme"})', '"acme-typo"})')
+    result = subprocess.run(
+        [sys.executable, "-c", missing],
+        env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "entry-point group 'delta_logstores' was searched and holds 'acme'" in result.stderr
 
 
 def test_pyspark_is_not_imported_for_plain_mappings() -> None:

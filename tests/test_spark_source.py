@@ -16,7 +16,6 @@ from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.spark import register
 from replay.spark.datasource import InvalidOptionError, ReadSettings
-from replay.state.scan import read_snapshot
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 pytestmark = pytest.mark.spark
@@ -76,9 +75,9 @@ def test_batch_snapshot_and_change_feed_match_the_library(deltalog: Any) -> None
     delta_log = DeltaLog.for_table(path)
     frame = deltalog.read.format("deltalog").load(path)
     assert frame.columns == ["id", "name", "birthday"]
-    assert spark_rows(frame) == arrow_rows(read_snapshot(delta_log.snapshot()))
+    assert spark_rows(frame) == arrow_rows(delta_log.snapshot().to_arrow())
     old = deltalog.read.format("deltalog").option("versionAsOf", "1").load(path)
-    assert spark_rows(old) == arrow_rows(read_snapshot(delta_log.snapshot(1)))
+    assert spark_rows(old) == arrow_rows(delta_log.snapshot(1).to_arrow())
     changes = (
         deltalog.read.format("deltalog")
         .option("readChangeFeed", "true")

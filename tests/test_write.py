@@ -15,7 +15,11 @@ import pytest
 
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile, parse_actions
-from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
+from replay.protocol.errors import (
+    AppendOnlyTableError,
+    TableNotFoundError,
+    UnsupportedTableFeatureError,
+)
 from replay.protocol.table_config import check_writable
 from replay.state.scan import read_snapshot
 from replay.txn.data_writer import (
@@ -277,10 +281,16 @@ def test_append_only_tables_refuse_removals(tmp_path: Path) -> None:
     path = str(tmp_path)
     write_table(path, pa.table({"id": [1]}), configuration={"delta.appendOnly": "true"})
     add = DeltaLog.for_table(path).snapshot().files()[0]
-    with pytest.raises(DeltaError, match=r"only allow appends: cannot remove files from .*delta.appendOnly"):
+    with pytest.raises(AppendOnlyTableError) as info:
         delete_files(path, [add.path])
-    with pytest.raises(DeltaError, match="only allow appends"):
+    assert str(info.value) == (
+        "[DELTA_CANNOT_MODIFY_APPEND_ONLY] This table is configured to only allow appends. If you would like "
+        f"to permit updates or deletes, use 'ALTER TABLE file://{path} SET TBLPROPERTIES "
+        "(delta.appendOnly=false)'."
+    )
+    with pytest.raises(AppendOnlyTableError, match="only allow appends"):
         write_table(path, pa.table({"id": [2]}), mode="overwrite")
+    assert [p.name for p in tmp_path.glob("*.parquet")] == [add.path]  # refused before writing data
 
 
 def test_change_data_feed_configuration(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """The change data feed (CDF): Delta's ``CDCReader`` and ``DeltaSourceCDCSupport`` in Python.
 
 This package's ``__init__`` is the public face of the change data feed; the work is done in
-four modules, each importing only the ones before it:
+five modules, each importing only the ones before it:
 
 - :mod:`replay.cdc.change_actions` (pure): which file actions of a commit carry its changes
   (:func:`filter_cdc_actions`) and the file reads that produce its change rows.
+- :mod:`replay.cdc.schema_checks` (pure): which schema a change read uses and whether it can
+  read every version it crosses (Delta's batch and streaming schema checks and errors).
 - :mod:`replay.cdc.batch`: the batch change feed, :func:`table_changes` (rows with
   ``_change_type``, ``_commit_version`` and ``_commit_timestamp``).
 - :mod:`replay.cdc.offsets` (pure): :class:`IndexedFile`, :class:`DeltaSourceOffset` with
@@ -21,6 +23,7 @@ from replay.cdc.batch import (
     ChangePlan,
     CommitTimestamps,
     TimestampLike,
+    change_read_snapshot,
     change_schema,
     plan_changes,
     read_change,
@@ -66,6 +69,7 @@ from replay.cdc.offsets import (
     offset_after,
     select_changes,
 )
+from replay.cdc.schema_checks import SCHEMA_MODE_KEY, BatchSchemaCheck, StreamSchemaCheck, cdc_read_schema
 from replay.cdc.source import DeltaSource, filter_and_index_delta_logs, get_file_changes_for_cdc
 
 __all__ = [
@@ -83,8 +87,10 @@ __all__ = [
     "END_INDEX",
     "METADATA_CHANGE_INDEX",
     "POST_METADATA_CHANGE_INDEX",
+    "SCHEMA_MODE_KEY",
     "AdmissionLimits",
     "BatchBounds",
+    "BatchSchemaCheck",
     "ChangePlan",
     "ChangeRead",
     "CommitTimestamps",
@@ -95,9 +101,12 @@ __all__ = [
     "InvalidCDCRangeError",
     "InvalidSourceOffsetError",
     "StreamOptions",
+    "StreamSchemaCheck",
     "TimestampLike",
     "UnsupportedSourceChangeError",
     "admit_version",
+    "cdc_read_schema",
+    "change_read_snapshot",
     "change_schema",
     "filter_and_index_delta_logs",
     "filter_append_actions",

@@ -4,8 +4,10 @@
 (``insert``, ``delete``, ``update_preimage``, ``update_postimage``), ``_commit_version`` and
 ``_commit_timestamp``. The version range is resolved from versions or timestamps with Delta's
 errors (:func:`resolve_change_range`); :func:`plan_changes` walks the commits once, checking the
-feed is enabled throughout, and lists the file reads (:mod:`replay.cdc.change_actions` decides which);
-:func:`read_changes` reads them concurrently into one Arrow table with the latest schema.
+feed is enabled throughout and that every version can be read with the read schema
+(:mod:`replay.cdc.schema_checks`: the end version's for column-mapping tables, else the latest),
+and lists the file reads (:mod:`replay.cdc.change_actions` decides which); :func:`read_changes`
+reads them concurrently into one Arrow table with the read schema.
 """
 
 from __future__ import annotations
@@ -28,14 +30,22 @@ from replay.cdc.change_actions import (
     plan_commit_reads,
     table_error,
 )
+from replay.cdc.schema_checks import BatchSchemaCheck, batch_read_version
 from replay.data.deletion_vectors import read_deletion_vector
 from replay.data.partition_values import constant_array
 from replay.data.reader import RowFilter, TableReader
+from replay.log.commit_files import iter_commits
+from replay.log.commit_timestamps import listed_commit_times
 from replay.log.concurrency import Work, map_concurrently
+from replay.log.listing import LogListing, listing_from
+from replay.log.log_segment import segment_in_listing
+from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, CommitInfo, Metadata, Protocol
 from replay.protocol.errors import DataLossError, VersionNotFoundError
 from replay.protocol.filenames import delta_file
 from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.state.loader import load_snapshot
+from replay.state.snapshot import Snapshot
 from replay.state.table_log import TableLog
 
 TimestampLike = Timestamp
@@ -164,14 +174,17 @@ def resolve_change_range(
     ending_timestamp: TimestampLike | None = None,
     *,
     allow_out_of_range: bool = False,
+    latest: int | None = None,
 ) -> tuple[int, int] | None:
     """The inclusive version range a change read covers, or ``None`` when it is empty.
 
-    Versions win over timestamps. Raises :class:`InvalidCDCRangeError` (no start; end before
-    start) and :class:`VersionNotFoundError` (start after the latest version) with Delta's texts.
+    Versions win over timestamps. ``latest`` is the latest version when the caller knows it.
+    Raises :class:`InvalidCDCRangeError` (no start; end before start) and
+    :class:`VersionNotFoundError` (start after the latest version) with Delta's texts.
     """
     table = delta_log.table_path
-    latest = delta_log.latest_version()
+    if latest is None:
+        latest = delta_log.latest_version()
     start_ts = end_ts = None
     if starting_version is not None:
         start = int(starting_version)
@@ -229,12 +242,17 @@ def table_changes(
     ``delta_log`` is a :class:`replay.delta_log.DeltaLog`. The start is ``starting_version`` or
     the first commit at/after ``starting_timestamp``; the end is ``ending_version``, the last
     commit at/before ``ending_timestamp`` or the latest version. The schema is the latest
-    snapshot's. Raises :class:`ChangeDataFeedNotEnabledError` if CDF is off at the start version
-    or is turned off inside the range, :class:`InvalidCDCRangeError` /
+    snapshot's, or the end version's for tables with column mapping (Delta's default schema
+    mode). Raises :class:`ChangeDataFeedNotEnabledError` if CDF is off at the start version
+    or is turned off inside the range, :class:`IncompatibleSchemaChangeError` if the range
+    crosses a schema change that schema cannot read, :class:`InvalidCDCRangeError` /
     :class:`VersionNotFoundError` for bad ranges, :class:`DataLossError` if commits in the range
     are missing and ``fail_on_data_loss`` (by default they are skipped, like Delta's batch read),
     and :class:`replay.data.DataFileNotFoundError` for missing data files.
     """
+    listing = None
+    if starting_version is not None:  # the one listing of the call (timestamps need all commits)
+        listing = changes_listing(delta_log.io, int(starting_version))
     resolved = resolve_change_range(
         delta_log,
         starting_version,
@@ -242,6 +260,7 @@ def table_changes(
         starting_timestamp,
         ending_timestamp,
         allow_out_of_range=allow_out_of_range,
+        latest=listing.latest_version if listing is not None else None,
     )
     if resolved is None:
         latest = delta_log.update()
@@ -249,15 +268,37 @@ def table_changes(
             delta_log.table_path, latest.metadata, latest.protocol, delta_log.io.conf
         )
         return change_schema(reader, columns).empty_table()
-    plan = plan_changes(delta_log, *resolved, fail_on_data_loss=fail_on_data_loss)
+    plan = plan_changes(delta_log, *resolved, fail_on_data_loss=fail_on_data_loss, listing=listing)
     return read_changes(plan.reader(delta_log.io.conf), plan.reads, columns, max_workers=max_workers)
 
 
-class CommitTimestamps:
-    """Commit timestamps (ms) of one table, every recreatable commit listed once on first use."""
+LOOK_BACK = 100
+"""Commits listed before a change range's start, so that commit times are made increasing as Delta
+makes them (its history manager looks back as far)."""
 
-    def __init__(self, delta_log: TableLog) -> None:
+
+def changes_listing(io: TableIO, start: int) -> LogListing:
+    """The listing a change read of versions from ``start`` on works with: from ``start - LOOK_BACK``.
+
+    Raises :class:`TableNotFoundError` when there is no table.
+    """
+    listing = listing_from(io, start - LOOK_BACK)
+    if not listing.deltas:
+        listing = listing_from(io, 0)  # commits older than the window only: the start is after them
+    return listing
+
+
+class CommitTimestamps:
+    """Commit timestamps (ms) of one table.
+
+    With a ``listing`` (the change read's own), a commit is timed by its in-commit timestamp when
+    its actions carry one, else by its file's modification time made increasing over the listing;
+    without one, every recreatable commit is listed once on first use (``commit_records``).
+    """
+
+    def __init__(self, delta_log: TableLog, listing: LogListing | None = None) -> None:
         self.delta_log = delta_log
+        self._listing = listing
         self._listed: dict[int, int] | None = None
 
     def of(self, version: int, actions: Sequence[Action] = ()) -> int:
@@ -267,14 +308,26 @@ class CommitTimestamps:
         or else its file's modification time. Raises :class:`DataLossError` if the commit file
         is gone.
         """
-        if self._listed is None:
+        in_commit = next(
+            (
+                a.in_commit_timestamp
+                for a in actions
+                if isinstance(a, CommitInfo) and a.in_commit_timestamp is not None
+            ),
+            None,
+        )
+        if self._listing is not None:
+            if in_commit is not None:
+                return in_commit
+            if self._listed is None:
+                self._listed = listed_commit_times(self._listing)
+        elif self._listed is None:
             self._listed = {record.version: record.timestamp for record in self.delta_log.commit_records()}
         timestamp = self._listed.get(version)
         if timestamp is not None:
             return timestamp
-        for action in actions:
-            if isinstance(action, CommitInfo) and action.in_commit_timestamp is not None:
-                return action.in_commit_timestamp
+        if in_commit is not None:
+            return in_commit
         io = self.delta_log.io
         path = delta_file(io.log_path, version)
         for status in io.store.list_from(path):
@@ -291,39 +344,59 @@ class CommitTimestamps:
 class ChangePlan:
     """The reads of a change range and the table description to read them with.
 
-    ``metadata``/``protocol`` are the latest table version's (Delta reads a batch change feed
-    with the latest schema).
+    ``metadata``/``protocol`` are those of the version whose schema the read uses
+    (:func:`replay.cdc.schema_checks.batch_read_version`: the end version for tables with column
+    mapping, else the latest version), ``read_version`` that version.
     """
 
     table_path: str
     reads: list[ChangeRead]
     metadata: Metadata
     protocol: Protocol
+    read_version: int = -1
 
     def reader(self, conf: Mapping[str, str] | None = None) -> TableReader:
         return TableReader.for_metadata(self.table_path, self.metadata, self.protocol, conf)
 
 
-def plan_changes(delta_log: TableLog, start: int, end: int, *, fail_on_data_loss: bool = False) -> ChangePlan:
-    """Plan the reads of versions ``[start, end]``, checking CDF is on throughout the range.
+def plan_changes(
+    delta_log: TableLog,
+    start: int,
+    end: int,
+    *,
+    fail_on_data_loss: bool = False,
+    listing: LogListing | None = None,
+) -> ChangePlan:
+    """Plan the reads of versions ``[start, end]``, checking they can all be read with one schema.
 
-    The table description at ``start`` comes from the start commit when it carries both
-    metadata and protocol (version 0 always does), else from a snapshot; later metadata and
-    protocol come from the commits read, so the latest snapshot is loaded only when ``end`` is
-    not the latest version.
+    Raises :class:`ChangeDataFeedNotEnabledError` when CDF is off at ``start`` or turned off in
+    the range, and :class:`~replay.protocol.errors.IncompatibleSchemaChangeError` (Delta's
+    ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE`` / ``..._DATA_SCHEMA``) when a schema
+    change in the range, or the start schema, cannot be read with the read schema; both before
+    any data is read, in Delta's order (by version). The table description at ``start`` comes
+    from the start commit when it carries both metadata and protocol (version 0 always does),
+    else from a snapshot; later metadata and protocol come from the commits read, so the latest
+    snapshot is loaded only when ``end`` is not the latest version. The log is listed once (or
+    not at all when ``listing``, the call's :func:`changes_listing`, is given).
     """
     table = delta_log.table_path
-    changes = iter(delta_log.get_changes(start, end, fail_on_data_loss=fail_on_data_loss))
+    io = delta_log.io
+    if listing is None or listing.listed_from > max(start - LOOK_BACK, 0):
+        listing = changes_listing(io, start)
+    changes = iter(iter_commits(io, start, end, fail_on_data_loss=fail_on_data_loss, listing=listing))
     first = next(changes, None)
     metadata, protocol = (
         _description_in(first[1]) if first is not None and first[0] == start else (None, None)
     )
     if metadata is None or protocol is None:
-        start_snapshot = delta_log.snapshot(start)
+        segment = segment_in_listing(io, listing, start)
+        start_snapshot = load_snapshot(io, segment) if segment is not None else delta_log.snapshot(start)
         metadata, protocol = start_snapshot.metadata, start_snapshot.protocol
     if not is_cdf_enabled(metadata):
         raise missing_change_data_error(start, start, end, table)
-    timestamps = CommitTimestamps(delta_log)
+    start_metadata = metadata
+    metadata_changes: list[tuple[int, Metadata]] = []
+    timestamps = CommitTimestamps(delta_log, listing)
     reads: list[ChangeRead] = []
     last_read = start
     for version, actions in itertools.chain([first] if first is not None else [], changes):
@@ -332,17 +405,57 @@ def plan_changes(delta_log: TableLog, start: int, end: int, *, fail_on_data_loss
         last_read = version + 1
         commit_metadata, commit_protocol = _description_in(actions)
         if commit_metadata is not None:
-            if not is_cdf_enabled(commit_metadata):
-                raise missing_change_data_error(version, start, end, table)
+            if version > start:
+                metadata_changes.append((version, commit_metadata))
             metadata = commit_metadata
         protocol = commit_protocol or protocol
         files = filter_cdc_actions(actions, version)
         if files:
             reads.extend(plan_commit_reads(version, timestamps.of(version, actions), files))
-    if last_read <= delta_log.latest_version():
+    read_version, read_metadata, read_protocol = last_read - 1, metadata, protocol
+    if last_read <= (listing.latest_version if listing.latest_version is not None else -1):
         latest = delta_log.update()
-        metadata, protocol = latest.metadata, latest.protocol
-    return ChangePlan(table, reads, metadata, protocol)
+        read_version = batch_read_version(
+            start_metadata,
+            end=metadata,
+            end_version=end,
+            latest=latest.metadata,
+            latest_version=latest.version,
+            conf=delta_log.io.conf,
+        )
+        if read_version == latest.version:
+            read_metadata, read_protocol = latest.metadata, latest.protocol
+    check = BatchSchemaCheck(start, end, read_metadata, read_version, table)
+    for version, commit_metadata in metadata_changes:
+        if not is_cdf_enabled(commit_metadata):
+            raise missing_change_data_error(version, start, end, table)
+        check.check_schema_change(commit_metadata, version)
+    check.check_start(start_metadata)
+    return ChangePlan(table, reads, read_metadata, read_protocol, read_version)
+
+
+def change_read_snapshot(delta_log: TableLog, start: int, end: int) -> Snapshot:
+    """The snapshot whose schema a batch change read of ``[start, end]`` uses (as :func:`plan_changes`).
+
+    The latest snapshot, or the end version's for tables with column mapping (in Delta's
+    default ``endVersion`` schema mode). Loads the start version only when neither the end nor
+    the latest version uses column mapping.
+    """
+    latest = delta_log.update()
+    if end >= latest.version:
+        return latest
+    end_snapshot = delta_log.snapshot(end)
+    mapped = any(m.column_mapping_mode != "none" for m in (latest.metadata, end_snapshot.metadata))
+    start_metadata = end_snapshot.metadata if mapped else delta_log.snapshot(start).metadata
+    version = batch_read_version(
+        start_metadata,
+        end=end_snapshot.metadata,
+        end_version=end,
+        latest=latest.metadata,
+        latest_version=latest.version,
+        conf=delta_log.io.conf,
+    )
+    return end_snapshot if version == end else latest
 
 
 def _description_in(actions: Sequence[Action]) -> tuple[Metadata | None, Protocol | None]:

@@ -5,11 +5,15 @@ stream takes from each (the change feed's files, or a plain stream's appends);
 :func:`get_file_changes_for_cdc` puts the initial snapshot first when the stream starts from
 one and cuts the sequence by offset and admission limits (:mod:`replay.cdc.offsets`).
 :class:`DeltaSource` ties this together for the PySpark stream reader: initial offset, next
-offset under limits, and the rows between two offsets.
+offset under limits, and the rows between two offsets. The stream reads with the table's
+schema when the source started; every schema it meets on the way goes through
+:class:`~replay.cdc.schema_checks.StreamSchemaCheck` (Delta's check without a schema tracking
+location: the stream stops at a schema change that schema cannot read).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -38,11 +42,15 @@ from replay.cdc.offsets import (
     offset_after,
     select_changes,
 )
+from replay.cdc.schema_checks import StreamSchemaCheck
 from replay.data.reader import TableReader
 from replay.protocol.actions import FileAction, Metadata
-from replay.protocol.errors import VersionNotFoundError
+from replay.protocol.errors import DeltaError, VersionNotFoundError
 from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.state.snapshot import Snapshot
 from replay.state.table_log import TableLog
+
+logger = logging.getLogger(__name__)
 
 
 def filter_and_index_delta_logs(
@@ -52,19 +60,27 @@ def filter_and_index_delta_logs(
     fail_on_data_loss: bool = True,
     read_change_feed: bool = True,
     stream_options: StreamOptions | None = None,
+    schema_check: StreamSchemaCheck | None = None,
+    end_offset: DeltaSourceOffset | None = None,
 ) -> Iterator[tuple[int, list[IndexedFile]]]:
     """Every commit from ``start_version`` on, filtered and indexed for a streaming source.
 
     With ``read_change_feed``, :func:`filter_cdc_actions` selects the files (a no-op MERGE gives
     skipped entries); otherwise the plain source's rules apply (:func:`filter_append_actions`).
+    Each metadata action met goes through ``schema_check`` (Delta's
+    ``checkReadIncompatibleSchemaChanges``), except in the version a batch ending at its
+    ``BASE_INDEX`` (``end_offset``) does not read.
     """
     options = stream_options or StreamOptions()
     table = delta_log.table_path
+    unread = (end_offset.reservoir_version, end_offset.index) if end_offset is not None else None
     for version, actions in delta_log.get_changes(start_version, fail_on_data_loss=fail_on_data_loss):
+        for metadata in (a for a in actions if isinstance(a, Metadata) and unread != (version, BASE_INDEX)):
+            if read_change_feed and not is_cdf_enabled(metadata):
+                raise missing_change_data_error(version, start_version, version, table)
+            if schema_check is not None:
+                schema_check.check(metadata, version)
         if read_change_feed:
-            for action in actions:
-                if isinstance(action, Metadata) and not is_cdf_enabled(action):
-                    raise missing_change_data_error(version, start_version, version, table)
             files: list[FileAction] = filter_cdc_actions(actions, version)
         else:
             files = list(filter_append_actions(actions, version, options, table))
@@ -83,11 +99,13 @@ def get_file_changes_for_cdc(  # noqa: PLR0917 - Delta's signature
     exclude_regex: re.Pattern[str] | None = None,
     read_change_feed: bool = True,
     stream_options: StreamOptions | None = None,
+    schema_check: StreamSchemaCheck | None = None,
 ) -> Iterator[tuple[int, list[IndexedFile]]]:
     """The entries a batch starting after ``(from_version, from_index)`` takes, per version.
 
     With ``is_starting_version`` the snapshot at ``from_version`` comes first (its files as
     inserts), followed by the commits after it; otherwise commits from ``from_version`` on.
+    Schema changes in the commits read go through ``schema_check``.
     """
 
     def versions() -> Iterator[tuple[int, list[IndexedFile]]]:
@@ -103,6 +121,8 @@ def get_file_changes_for_cdc(  # noqa: PLR0917 - Delta's signature
             fail_on_data_loss=fail_on_data_loss,
             read_change_feed=read_change_feed,
             stream_options=stream_options,
+            schema_check=schema_check,
+            end_offset=end_offset,
         )
 
     yield from select_changes(
@@ -150,6 +170,8 @@ class DeltaSource:
         self.allow_out_of_range = allow_out_of_range
         self._table_id: str | None = None
         self._metadata_by_version: dict[int, Metadata] = {}
+        self._read_snapshot: Snapshot | None = None
+        self._start_checked = False
 
     @property
     def table(self) -> str:
@@ -161,6 +183,51 @@ class DeltaSource:
         if self._table_id is None:
             self._table_id = str(self.delta_log.update().metadata.id)
         return self._table_id
+
+    @property
+    def read_snapshot(self) -> Snapshot:
+        """The table when the source started (first used): its schema is the one the stream reads."""
+        if self._read_snapshot is None:
+            self._read_snapshot = self.delta_log.update()
+        return self._read_snapshot
+
+    @property
+    def schema_check(self) -> StreamSchemaCheck:
+        """The check every schema the stream meets goes through (see :class:`StreamSchemaCheck`)."""
+        snapshot = self.read_snapshot
+        return StreamSchemaCheck(
+            snapshot.metadata,
+            snapshot.version,
+            self.read_change_feed,
+            starting_options=self.starting_version is not None or self.starting_timestamp is not None,
+            table=self.table,
+        )
+
+    def _check_stream_start(self, version: int) -> None:
+        """Once per source: the schema at the first version read must read with the stream's schema.
+
+        Delta's ``checkReadIncompatibleSchemaChangeOnStreamStartOnce``: a schema change before the
+        stream started is invisible to the per-commit checks. Skipped when the snapshot of that
+        version cannot be loaded any more (the per-commit checks still run).
+        """
+        if self._start_checked:
+            return
+        check = self.schema_check
+        if version != check.read_version:
+            try:
+                metadata = self._metadata_at(version)
+            except DeltaError as exc:
+                logger.warning("cannot check the schema of %s at version %d: %s", self.table, version, exc)
+            else:
+                check.check(metadata, version)
+        self._start_checked = True
+
+    def _metadata_at(self, version: int) -> Metadata:
+        metadata = self._metadata_by_version.get(version)
+        if metadata is None:
+            metadata = self.delta_log.snapshot(version).metadata
+            self._metadata_by_version[version] = metadata
+        return metadata
 
     def parse_offset(self, value: str | Mapping[str, Any]) -> DeltaSourceOffset:
         """A stored offset, checked to belong to this table."""
@@ -208,6 +275,7 @@ class DeltaSource:
             exclude_regex=self.exclude_regex,
             read_change_feed=self.read_change_feed,
             stream_options=self.stream_options,
+            schema_check=self.schema_check,
         )
 
     def latest_offset(
@@ -216,7 +284,10 @@ class DeltaSource:
         """The end of the next batch after ``start`` (``start`` itself when nothing is new).
 
         ``end`` caps the result (``Trigger.AvailableNow`` freezes it when the query starts).
+        Raises :class:`~replay.protocol.errors.IncompatibleSchemaChangeError` at a schema change
+        the stream's schema cannot read (see :class:`StreamSchemaCheck`).
         """
+        self._check_stream_start(start.reservoir_version)
         last: IndexedFile | None = None
         for _, entries in self._changes(start, limits, end):
             if entries:
@@ -229,9 +300,12 @@ class DeltaSource:
         """The reads producing the rows after ``start`` up to and including ``end``.
 
         For the change feed, raises :class:`ChangeDataFeedNotEnabledError` if CDF is off at the
-        first version read or turned off by a commit in the batch.
+        first version read or turned off by a commit in the batch; raises
+        :class:`~replay.protocol.errors.IncompatibleSchemaChangeError` at a schema change the
+        stream's schema cannot read.
         """
         DeltaSourceOffset.validate_offsets(start, end)
+        self._check_stream_start(start.reservoir_version)
         reads: list[ChangeRead] = []
         timestamps = CommitTimestamps(self.delta_log)
         checked = False
@@ -250,18 +324,14 @@ class DeltaSource:
         return reads
 
     def _check_cdf_enabled(self, version: int, start: DeltaSourceOffset, end: DeltaSourceOffset) -> None:
-        metadata = self._metadata_by_version.get(version)
-        if metadata is None:
-            metadata = self.delta_log.snapshot(version).metadata
-            self._metadata_by_version[version] = metadata
-        if not is_cdf_enabled(metadata):
+        if not is_cdf_enabled(self._metadata_at(version)):
             raise missing_change_data_error(
                 version, start.reservoir_version, end.reservoir_version, self.table
             )
 
     def reader(self) -> TableReader:
-        """A reader of the table's data with the latest schema."""
-        snapshot = self.delta_log.update()
+        """A reader of the table's data with the stream's schema (the table's when the source started)."""
+        snapshot = self.read_snapshot
         return TableReader.for_metadata(
             self.table, snapshot.metadata, snapshot.protocol, self.delta_log.io.conf
         )

@@ -1,7 +1,8 @@
 """``deltalog``: inspect and follow Delta tables on any storage from a terminal.
 
-Exit codes: 0 success, 1 usage error, 2 table, storage or configuration error. Errors print one
-line naming the table, version, path or key; ``--debug`` adds the traceback.
+Exit codes: 0 success, 1 usage error, 2 table, storage or configuration error (with or without
+``--debug``). Errors print one line naming the table, version, path or key; ``--debug`` prints
+the traceback before it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from logstores import LogStoreConfError, explain_log_store
+
+if TYPE_CHECKING:  # pyarrow is imported by the commands that read tables
+    from pyarrow import RecordBatch, Table
 from logstores.conf import parse_spark_defaults, redact
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2
@@ -129,6 +134,45 @@ def cmd_changes(args: argparse.Namespace, conf: dict[str, str]) -> int:
         time.sleep(args.interval)
 
 
+def cmd_read(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaLog
+    from replay.cli import output
+    from replay.cli.filters import parse_filter
+    from replay.protocol.predicates import InvalidFilterError
+
+    columns = [name.strip() for name in args.columns.split(",") if name.strip()] if args.columns else None
+    log = DeltaLog.for_table(args.uri, conf)
+    with output.working(f"Reading {args.uri}"):
+        snapshot = log.snapshot(version=args.version, timestamp=_timestamp_arg(args.timestamp))
+        try:
+            scan = snapshot.scan(parse_filter(args.filter) if args.filter else None, columns)
+        except InvalidFilterError as exc:
+            raise UsageError(f"deltalog read: {exc}") from None
+        rows = _first_rows(scan.to_batches(), args.limit)
+    output.emit_rows(rows, as_json=args.json)
+    return EXIT_OK
+
+
+def _first_rows(batches: Iterator[RecordBatch], limit: int | None) -> Table:
+    """The first ``limit`` rows of ``batches`` (all without a limit), reading no further."""
+    import pyarrow as pa
+
+    taken: list[RecordBatch] = []
+    count = 0
+    schema = None
+    for batch in batches:
+        schema = batch.schema
+        if limit is not None and count + batch.num_rows >= limit:
+            taken.append(batch.slice(0, limit - count))
+            count = limit
+            break
+        taken.append(batch)
+        count += batch.num_rows
+    if schema is None:
+        return pa.table({})
+    return pa.Table.from_batches(taken, schema=schema)
+
+
 def cmd_checkpoint(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay import DeltaLog
     from replay.cli import output
@@ -147,6 +191,25 @@ def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
     return EXIT_OK
 
 
+TIMESTAMP_HELP = (
+    "a time as milliseconds since the epoch or ISO-8601 (2024-01-31, 2024-01-31T12:00:00.5, "
+    "2024-01-31 12:00:00+02:00); a time without a zone is UTC"
+)
+
+
+def _timestamp(text: str) -> str:
+    """``--timestamp``: checked when parsed, so a bad value is a usage error naming the formats."""
+    import datetime as _dt
+
+    if text.isdigit():
+        return text
+    try:
+        _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {TIMESTAMP_HELP}") from None
+    return text
+
+
 def _timestamp_arg(value: str | None) -> str | int | None:
     """``--timestamp``: milliseconds since the epoch when all digits, else ISO-8601 text."""
     return int(value) if value is not None and value.isdigit() else value
@@ -160,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
 
     parser = _Parser(prog="deltalog", description="Inspect and follow Delta tables on any storage.")
+    parser.add_argument(
+        "--version", action="version", version=f"deltalog (delta-logstores) {_package_version()}"
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
@@ -175,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("uri")
     when = snapshot.add_mutually_exclusive_group()
     when.add_argument("--version", type=_non_negative, metavar="N")
-    when.add_argument("--timestamp", metavar="T", help="ISO-8601 time or milliseconds since the epoch")
+    when.add_argument("--timestamp", type=_timestamp, metavar="T", help=TIMESTAMP_HELP)
     snapshot.add_argument("--files", action="store_true", help="list the active files")
     snapshot.add_argument("--json", action="store_true")
 
@@ -193,6 +259,20 @@ def build_parser() -> argparse.ArgumentParser:
     changes.add_argument("--follow", action="store_true", help="keep printing changes as commits land")
     changes.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="poll interval")
 
+    read = command("read", cmd_read, "Print a table's rows, pruned and filtered.")
+    read.add_argument("uri")
+    read.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help="rows to keep, e.g. \"part = 3 and id > 10\" or \"city in ('Oslo', 'Lima') or x is null\"",
+    )
+    read.add_argument("--columns", metavar="A,B", help="the columns to print (all by default)")
+    read.add_argument("--limit", type=_positive, metavar="N", help="print at most N rows")
+    read_when = read.add_mutually_exclusive_group()
+    read_when.add_argument("--version", type=_non_negative, metavar="N")
+    read_when.add_argument("--timestamp", type=_timestamp, metavar="T", help=TIMESTAMP_HELP)
+    read.add_argument("--json", action="store_true", help="one JSON object per row")
+
     checkpoint = command("checkpoint", cmd_checkpoint, "Write a checkpoint of the latest version.")
     checkpoint.add_argument("uri")
     checkpoint.add_argument("--json", action="store_true")
@@ -204,17 +284,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return value
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not positive")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("delta-logstores")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -235,15 +330,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
         if debug:
-            raise
+            traceback.print_exc(file=sys.stderr)
         print(f"deltalog: error: {_describe(exc)}", file=sys.stderr)
         return EXIT_FAILURE
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """The whole error message on one line (Delta's messages span several), with its type."""
+    text = " ".join(str(exc).split())
     if isinstance(exc, FileNotFoundError) and exc.filename and exc.filename not in text:
         text = f"{text}: {exc.filename}" if text else f"no such file or directory: {exc.filename}"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

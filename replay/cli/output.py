@@ -96,13 +96,40 @@ def working(message: str) -> Iterator[None]:
             yield
 
 
+MIN_COLUMN_WIDTH = 23
+"""Columns keep at least this width (a full ``2024-01-31 12:00:00.000`` time) before others shrink."""
+
+
+def fit_widths(natural: Sequence[int], available: int) -> list[int]:
+    """Column widths that fit ``available`` characters: the widest column shrinks first, never
+    below :data:`MIN_COLUMN_WIDTH` (or its natural width); if that is not enough, the table is
+    wider than ``available``."""
+    widths = list(natural)
+    while sum(widths) > available:
+        widest = max(range(len(widths)), key=widths.__getitem__)
+        floor = min(natural[widest], MIN_COLUMN_WIDTH)
+        if widths[widest] <= floor:
+            break
+        second = max([floor, *(w for i, w in enumerate(widths) if i != widest)])
+        widths[widest] = max(second, widths[widest] - (sum(widths) - available), floor)
+        if widths[widest] == second and sum(widths) > available and second > floor:
+            widths[widest] = max(floor, second - 1)
+    return widths
+
+
 def _print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     rows = [[_cell(value) for value in row] for row in rows]
     console = _console()
     if console is not None:
         table = Table(title=title, title_justify="left", show_lines=False)
-        for column in columns:
-            table.add_column(column, overflow="fold")
+        natural = [
+            max([len(column), *(max(map(len, row[index].splitlines() or [""])) for row in rows)])
+            for index, column in enumerate(columns)
+        ]
+        # one line per row (--json has every value whole): the widest columns give way first
+        widths = fit_widths(natural, console.width - 3 * len(columns) - 1)
+        for column, width in zip(columns, widths, strict=True):
+            table.add_column(column, no_wrap=True, overflow="ellipsis", width=width)
         for row in rows:
             table.add_row(*row)
         console.print(table)
@@ -264,6 +291,20 @@ def emit_changes(rows: pa.Table, *, as_json: bool, header: bool = True) -> None:
         sys.stdout.flush()
         return
     _print_table(None, columns, [[record[c] for c in columns] for record in records])
+
+
+def emit_rows(rows: pa.Table, *, as_json: bool) -> None:
+    """Table rows: one JSON object per line, or a table (``no rows`` when there are none)."""
+    if as_json:
+        for record in rows.to_pylist():
+            print_json(record)
+        sys.stdout.flush()
+        return
+    if rows.num_rows == 0:
+        print("no rows")
+        return
+    columns = rows.column_names
+    _print_table(None, columns, [[record[c] for c in columns] for record in rows.to_pylist()])
 
 
 def emit_checkpoint(written: CheckpointResult, *, as_json: bool) -> None:

@@ -4,9 +4,10 @@ mapping and deletion vectors. Works on metadata and file actions; knows nothing 
 from replay.data.columns import conform_column
 from replay.data.deletion_vectors import read_deletion_vector
 from replay.data.partition_values import constant_array, parse_partition_value, partition_value_array
-from replay.data.reader import DataFileNotFoundError, RowFilter, TableReader, read_files
+from replay.data.reader import CorruptDataFileError, DataFileNotFoundError, RowFilter, TableReader, read_files
 
 __all__ = [
+    "CorruptDataFileError",
     "DataFileNotFoundError",
     "RowFilter",
     "TableReader",

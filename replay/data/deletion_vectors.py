@@ -82,10 +82,17 @@ class DeletionVectorDescriptorLike(Protocol):
 
 
 # -- Z85 --------------------------------------------------------------------------------------
+# Delta's Base85Codec: the Z85 alphabet over 4-byte big-endian blocks. The encoder pads the input
+# with zero bytes to a multiple of 4 (encodeBytes); the decoder turns every 5 characters into one
+# block in 32-bit arithmetic (a 5-character group above 2**32 - 1 wraps, as Java's Long.toInt does)
+# and the caller keeps the first sizeInBytes bytes (decodeBytes), so whatever stands in the
+# padding of the last block never matters.
 def z85_decode(text: str) -> bytes:
-    """Decode Z85 text (length a multiple of 5) into bytes (4 per 5 characters).
+    """Decode Z85 text (length a multiple of 5) into bytes (4 per 5 characters), as Delta does.
 
-    Raises :class:`CorruptDeletionVectorError` on a bad length or a character outside Z85.
+    Each group of 5 characters is one big-endian 32-bit block, computed modulo 2**32 like Delta's
+    ``Base85Codec.decodeBlocks``. Raises :class:`CorruptDeletionVectorError` on a bad length or a
+    character outside Z85.
     """
     if len(text) % 5:
         raise CorruptDeletionVectorError(f"Z85 text length must be a multiple of 5, got {len(text)}")
@@ -93,14 +100,25 @@ def z85_decode(text: str) -> bytes:
     if raw.size and (raw.max() >= 128 or (_Z85_VALUES[raw] == 255).any()):
         raise CorruptDeletionVectorError(f"invalid Z85 character in {text[:40]!r}")
     digits = _Z85_VALUES[raw].astype(np.uint64).reshape(-1, 5)
-    words = digits @ _Z85_POWERS
-    if (words > 0xFFFFFFFF).any():
-        raise CorruptDeletionVectorError(f"Z85 block out of range in {text[:40]!r}")
+    words = (digits @ _Z85_POWERS) & np.uint64(0xFFFFFFFF)
     return words.astype(">u4").tobytes()
 
 
+def z85_decode_bytes(text: str, size: int) -> bytes:
+    """The first ``size`` bytes Z85 ``text`` encodes (Delta's ``Base85Codec.decodeBytes``).
+
+    The padding the encoder added to reach a whole block is dropped; text encoding fewer than
+    ``size`` bytes gives all of them (the caller decides whether that is an error).
+    """
+    return z85_decode(text)[:size]
+
+
 def z85_encode(data: bytes) -> str:
-    """Encode bytes as Z85, zero-padding the input to a multiple of 4 bytes (like Delta)."""
+    """Encode bytes as Z85 the way Delta's ``Base85Codec.encodeBytes`` does.
+
+    Input whose length is not a multiple of 4 is padded with zero bytes up to the next multiple
+    (Delta allocates ``((length + 4) / 4) * 4`` bytes), so every block is a whole 5 characters.
+    """
     padded = data + b"\0" * (-len(data) % 4)
     words = np.frombuffer(padded, dtype=">u4").astype(np.uint64)
     digits = (words[:, None] // _Z85_POWERS) % 85
@@ -276,12 +294,12 @@ def frame_for_file(bitmap: bytes) -> bytes:
 # -- reading --------------------------------------------------------------------------------
 def decode_inline(descriptor: DeletionVectorDescriptorLike) -> np.ndarray:
     """Row indexes of an inline (``"i"``) DV."""
-    data = z85_decode(descriptor.path_or_inline_dv)
+    data = z85_decode_bytes(descriptor.path_or_inline_dv, descriptor.size_in_bytes)
     if len(data) < descriptor.size_in_bytes:
         raise CorruptDeletionVectorError(
             f"inline deletion vector has {len(data)} bytes, descriptor says {descriptor.size_in_bytes}"
         )
-    return _checked(deserialize_bitmap(data[: descriptor.size_in_bytes]), descriptor, "inline")
+    return _checked(deserialize_bitmap(data), descriptor, "inline")
 
 
 def parse_framed(frame: bytes, descriptor: DeletionVectorDescriptorLike, where: str) -> np.ndarray:

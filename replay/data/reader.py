@@ -9,7 +9,9 @@ columns the file lacks with nulls, add partition columns from the action's ``par
 (Delta's string serialisation; a missing key or ``null`` is a null) and drop the rows the file's
 deletion vector marks as deleted. Local files without deletion vectors are scanned together as
 Arrow datasets (decoded batch by batch on Arrow's thread pool); other files are read concurrently
-in a thread pool (Arrow decoding releases the GIL; object-store requests overlap).
+in a thread pool (Arrow decoding releases the GIL; object-store requests overlap). A missing
+file raises :class:`DataFileNotFoundError`, one that is not readable Parquet
+:class:`CorruptDataFileError`, both naming the file.
 """
 
 from __future__ import annotations
@@ -45,6 +47,20 @@ logger = logging.getLogger(__name__)
 
 class DataFileNotFoundError(DeltaError, FileNotFoundError):
     """A data file named in the log does not exist (vacuumed, or the table was copied partially)."""
+
+
+class CorruptDataFileError(DeltaError):
+    """A data file named in the log is not a readable Parquet file (``path`` names it)."""
+
+    def __init__(self, message: str, *, table: str | None = None, path: str | None = None) -> None:
+        super().__init__(message, table=table)
+        self.path = path
+
+
+def corrupt_data_file_error(uri: str, table: str, cause: Exception) -> CorruptDataFileError:
+    return CorruptDataFileError(
+        f"Data file {uri} of table {table} cannot be read as Parquet: {cause}", table=table, path=uri
+    )
 
 
 @dataclass(frozen=True)
@@ -157,7 +173,18 @@ class TableReader:
         uri = self.file_uri(file)
         data_fields = [f for f in fields if f.name not in self.partition_columns]
         try:
-            parquet = _open_parquet(uri, self.conf)
+            source = _parquet_source(uri, self.conf)
+            try:
+                parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+                layout = _Layout.of(
+                    parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode
+                )
+                raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
+                num_rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
+            except (pa.ArrowException, OSError) as exc:
+                if not is_format_error(exc):
+                    raise
+                raise corrupt_data_file_error(uri, self.table_path, exc) from exc
         except FileNotFoundError:
             if ignore_missing:
                 logger.warning("skipping missing data file %s", uri)
@@ -165,9 +192,6 @@ class TableReader:
             raise DataFileNotFoundError(
                 f"Data file {uri} of table {self.table_path} does not exist", table=self.table_path
             ) from None
-        layout = _Layout.of(parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode)
-        raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
-        num_rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
         return self._assemble(
             file, fields, layout, raw, num_rows, row_filter=row_filter, extra_columns=extra_columns
         )
@@ -246,12 +270,30 @@ class TableReader:
             try:
                 fragment = parquet_format.make_fragment(path, filesystem=_ARROW_LOCAL_FS)
                 schema = fragment.physical_schema
-            except FileNotFoundError:
-                one_by_one.append(position)  # read_file raises or skips it, as asked
+            except (pa.ArrowException, OSError):
+                one_by_one.append(position)  # read_file raises (naming it) or skips it, as asked
                 continue
             groups.setdefault(schema.to_string(show_schema_metadata=False), []).append((position, fragment))
 
         def scan(members: list[tuple[int, Any]]) -> list[tuple[int, pa.Table]]:
+            try:
+                return scan_together(members)
+            except (pa.ArrowException, OSError) as exc:
+                if not is_format_error(exc):
+                    raise
+                # a damaged file: reading the files one by one names it
+                return [(position, done(position, read_one(position))) for position, _ in members]
+
+        def read_one(position: int) -> pa.Table:
+            return self.read_file(
+                files[position],
+                columns,
+                row_filter=False,
+                extra_columns=extra_columns,
+                ignore_missing=ignore_missing,
+            )
+
+        def scan_together(members: list[tuple[int, Any]]) -> list[tuple[int, pa.Table]]:
             schema = members[0][1].physical_schema
             layout = _Layout.of(schema, data_fields, extra_columns, self.column_mapping_mode)
             positions: dict[str, list[int]] = {}  # a file may be read twice
@@ -284,16 +326,7 @@ class TableReader:
             for position, table in scanned:
                 tables[position] = table
         read = map_concurrently(
-            lambda position: done(
-                position,
-                self.read_file(
-                    files[position],
-                    columns,
-                    row_filter=False,
-                    extra_columns=extra_columns,
-                    ignore_missing=ignore_missing,
-                ),
-            ),
+            lambda position: done(position, read_one(position)),
             one_by_one,
             Work.DATA,
             max_workers or self.concurrency,
@@ -414,11 +447,26 @@ def _scan_local(
         yield path, projected.empty_table()
 
 
-def _open_parquet(uri: str, conf: Mapping[str, str]) -> pq.ParquetFile:
+def _parquet_source(uri: str, conf: Mapping[str, str]) -> str | pa.BufferReader:
+    """What pyarrow opens: the path of a local file, else the file's bytes (fetched here, so that a
+    storage error stays a storage error and only parsing errors mean a damaged file)."""
     fs, path = open_filesystem(uri, conf)
     if isinstance(fs, LocalFileSystem):
-        return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
-    return pq.ParquetFile(pa.BufferReader(fs.cat_file(path)), coerce_int96_timestamp_unit="us")
+        return str(path)
+    return pa.BufferReader(fs.cat_file(path))
+
+
+def is_format_error(exc: BaseException) -> bool:
+    """Whether pyarrow failed on the file's content (not on the file system).
+
+    Arrow errors are; so are the ``OSError`` s pyarrow raises for undecodable pages, which carry
+    no ``errno`` (an operating-system error such as ``EACCES`` or ``EIO`` does).
+    """
+    if isinstance(exc, FileNotFoundError):
+        return False
+    if isinstance(exc, pa.ArrowException) and not isinstance(exc, OSError):
+        return True
+    return isinstance(exc, OSError) and exc.errno is None
 
 
 # -- entry points ------------------------------------------------------------------------------

@@ -7,12 +7,15 @@ checkpoint and sidecars are read concurrently on the table's log pool.
 
 from __future__ import annotations
 
+import datetime as _dt
+import decimal
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -71,6 +74,57 @@ def _read_file_rows(parquet: pq.ParquetFile, column: str, wanted: Sequence[str])
         struct_type = parquet.schema_arrow.field(column).type
         return pa.schema([struct_type.field(name) for name in fields]).empty_table()
     return pa.concat_tables(tables)
+
+
+STATS_PARSED = "stats_parsed"
+"""The checkpoint column holding ``add`` statistics as a struct (Delta's ``writeStatsAsStruct``)."""
+
+
+def _json_value(value: object) -> object:
+    """A statistic of ``stats_parsed`` in the form Delta writes it in JSON statistics."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(_dt.UTC)
+            return value.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
+    if isinstance(value, _dt.date | decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    raise TypeError(f"{type(value).__name__} is not a statistic")
+
+
+def _with_json_stats(adds: pa.Table) -> pa.Table:
+    """``adds`` with ``stats`` filled from ``stats_parsed`` where only the struct was written.
+
+    Statistics then have one form for everything downstream (pruning reads the JSON). Only the
+    rows lacking JSON statistics are converted.
+    """
+    if STATS_PARSED not in adds.column_names:
+        return adds
+    parsed = adds.column(STATS_PARSED).combine_chunks()
+    adds = adds.drop_columns([STATS_PARSED])
+    stats = (
+        adds.column("stats").combine_chunks()
+        if "stats" in adds.column_names
+        else pa.nulls(adds.num_rows, pa.string())
+    )
+    missing = pc.and_(pc.is_null(stats), pc.is_valid(parsed))
+    if not pc.any(missing).as_py():
+        return adds
+    rows = parsed.filter(missing).to_pylist()
+    texts = pa.array(
+        [
+            orjson.dumps({k: v for k, v in row.items() if v is not None}, default=_json_value).decode()
+            for row in rows
+        ],
+        pa.string(),
+    )
+    filled = pc.replace_with_mask(stats, missing, texts)
+    index = adds.schema.get_field_index("stats")
+    if index < 0:
+        return adds.append_column("stats", filled)
+    return adds.set_column(index, "stats", filled)
 
 
 def _sparse_nulls(table: pa.Table) -> pa.Table:
@@ -134,10 +188,10 @@ def read_parquet_checkpoint(store: LogStore, path: str, *, file_rows_only: bool 
         with store.open_input(path) as stream:
             parquet = pq.ParquetFile(stream)
             data = CheckpointData(files=[path])
-            adds = _read_file_rows(parquet, "add", ADD_ARROW_TYPE.names)
+            adds = _read_file_rows(parquet, "add", [*ADD_ARROW_TYPE.names, STATS_PARSED])
             removes = _read_file_rows(parquet, "remove", REMOVE_ARROW_TYPE.names)
             if adds is not None:
-                data.adds.append(adds)
+                data.adds.append(_with_json_stats(adds))
             if removes is not None:
                 data.removes.append(removes)
             if not file_rows_only:

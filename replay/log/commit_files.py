@@ -22,8 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from logstores.base import FileStatus
+from logstores.errors import BinaryAccessUnsupportedError
 from replay.log.concurrency import prefetch
-from replay.log.listing import classify_listing, list_log
+from replay.log.listing import LogListing, classify_listing, list_log
 from replay.log.table_io import TableIO
 from replay.progress import track
 from replay.protocol import filenames
@@ -35,10 +36,51 @@ logger = logging.getLogger(__name__)
 
 
 # -- fetching and parsing line by line ---------------------------------------------------------
+def fetch_log_file(io: TableIO, path: str) -> bytes:
+    """The bytes of the log file ``path``, which must be a UTF-8 text file.
+
+    Raises :class:`FileNotFoundError` if it does not exist, and :class:`CorruptLogError` naming
+    it when it is a directory or, through a store that decodes lines (a text-only ``LogStore``),
+    not UTF-8 (naming the first undecodable line).
+    """
+    try:
+        return io.store.read_bytes(path)
+    except IsADirectoryError:
+        raise CorruptLogError(
+            f"log file {path} of table {io.table_path} is a directory, not a file",
+            table=io.table_path,
+            path=path,
+        ) from None
+    except (UnicodeDecodeError, BinaryAccessUnsupportedError) as exc:
+        line, problem = _undecodable_line(io, path, exc)
+        where = f"{path} line {line}" if line is not None else path
+        raise CorruptLogError(
+            f"malformed action at {where}: not valid UTF-8 ({problem}) (table {io.table_path})",
+            table=io.table_path,
+            path=path,
+            line=line,
+        ) from None
+
+
+def _undecodable_line(io: TableIO, path: str, error: Exception) -> tuple[int | None, Exception]:
+    """The 1-based number of the first line of ``path`` that is not UTF-8, with its decoding error
+    (the store's lines are decoded one by one); ``None`` and ``error`` if no line fails."""
+    read = 0
+    try:
+        with io.store.read_as_iterator(path) as lines:
+            for _ in lines:
+                read += 1
+    except UnicodeDecodeError as exc:
+        return read + 1, exc
+    except OSError:
+        pass
+    return None, error
+
+
 def read_commit_bytes(io: TableIO, status: FileStatus) -> bytes:
     """A commit file's bytes. Raises :class:`CorruptLogError` (caused by FileNotFoundError) if gone."""
     try:
-        return io.store.read_bytes(status.path)
+        return fetch_log_file(io, status.path)
     except FileNotFoundError as exc:
         raise CorruptLogError(
             f"commit file {status.path} of table {io.table_path} is missing: {exc}",
@@ -99,11 +141,11 @@ def read_commit(io: TableIO, version: int) -> list[Action]:
     """The actions of commit ``version`` in file order (unknown kinds skipped).
 
     Raises :class:`VersionNotFoundError` if the commit file does not exist and
-    :class:`CorruptLogError` naming the file and line if it cannot be parsed.
+    :class:`CorruptLogError` naming the file (and line) if it is a directory or cannot be parsed.
     """
     path = filenames.delta_file(io.log_path, version)
     try:
-        raw = io.store.read_bytes(path)
+        raw = fetch_log_file(io, path)
     except FileNotFoundError:
         raise VersionNotFoundError(
             f"commit {version} of table {io.table_path} does not exist ({path})",
@@ -135,18 +177,26 @@ def check_next_version(expected: int, seen: int, table: str) -> None:
 
 
 def commit_statuses(
-    io: TableIO, start: int, end: int | None = None, *, fail_on_data_loss: bool = True
+    io: TableIO,
+    start: int,
+    end: int | None = None,
+    *,
+    fail_on_data_loss: bool = True,
+    listing: LogListing | None = None,
 ) -> list[tuple[int, FileStatus]]:
     """The commit files of versions ``start..end`` (``end`` ``None``: the latest), listed once.
 
+    ``listing``, if given, is used instead of listing (it must start at or before ``start``).
     With ``fail_on_data_loss``, a missing first commit or a gap raises :class:`DataLossError`
     (:func:`check_next_version`); otherwise the commits present are returned. Raises
     :class:`TableNotFoundError` when the log directory does not exist.
     """
-    statuses = list_log(io, max(start, 0))
-    if statuses is None:
-        raise TableNotFoundError.no_commits(io.table_path, io.log_path)
-    deltas = classify_listing(statuses, end).deltas
+    if listing is None:
+        statuses = list_log(io, max(start, 0))
+        if statuses is None:
+            raise TableNotFoundError.no_commits(io.table_path, io.log_path)
+        listing = classify_listing(statuses, end, listed_from=max(start, 0))
+    deltas = [(v, s) for v, s in listing.deltas if v >= start and (end is None or v <= end)]
     if fail_on_data_loss:
         expected = start
         for version, _ in deltas:
@@ -156,13 +206,19 @@ def commit_statuses(
 
 
 def iter_commits(
-    io: TableIO, start: int, end: int | None = None, *, fail_on_data_loss: bool = True
+    io: TableIO,
+    start: int,
+    end: int | None = None,
+    *,
+    fail_on_data_loss: bool = True,
+    listing: LogListing | None = None,
 ) -> Iterator[tuple[int, list[Action]]]:
     """Commits ``start..end`` in order as ``(version, actions)`` (Delta's ``getChanges``).
 
-    Files are fetched ahead on the table's log pool; see :func:`commit_statuses` for the checks.
+    Files are fetched ahead on the table's log pool; see :func:`commit_statuses` for the checks
+    and ``listing``.
     """
-    deltas = commit_statuses(io, start, end, fail_on_data_loss=fail_on_data_loss)
+    deltas = commit_statuses(io, start, end, fail_on_data_loss=fail_on_data_loss, listing=listing)
     reader = prefetch(io.executor(), lambda s: read_commit_dicts(io, s), [s for _, s in deltas], io.window)
     for (version, _), lines in zip(deltas, track("Reading commits", reader, len(deltas)), strict=True):
         yield version, actions_from_dicts(lines)

@@ -96,6 +96,13 @@ def commit_info_of(actions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return next((line["commitInfo"] for line in actions if line.get("commitInfo") is not None), None)
 
 
+def listed_commit_times(listing: LogListing) -> dict[int, int]:
+    """Version -> commit time (ms) of every commit of ``listing``, modification times made strictly
+    increasing from the listing's first commit on (Delta's ``getCommitsWithNonIctTimestamps``
+    looks back the same way, from a window before the versions it needs)."""
+    return {record.version: record.timestamp for record in monotonic_timestamps(listing.deltas)}
+
+
 def commit_records(io: TableIO, listing: LogListing, ict_since: int | None) -> list[CommitRecord]:
     """Every recreatable commit of ``listing`` with its effective timestamp, oldest first.
 

@@ -24,6 +24,8 @@ class LogListing:
     deltas: list[tuple[int, FileStatus]]
     compacted: list[tuple[int, int, FileStatus]]
     checkpoints: list[FileStatus]
+    listed_from: int = 0
+    """The version the listing started at: nothing older is in it."""
 
     @property
     def is_empty(self) -> bool:
@@ -33,9 +35,18 @@ class LogListing:
     def versions(self) -> list[int]:
         return [version for version, _ in self.deltas]
 
+    @property
+    def latest_version(self) -> int | None:
+        return self.deltas[-1][0] if self.deltas else None
 
-def classify_listing(statuses: Iterable[FileStatus], max_version: int | None = None) -> LogListing:
-    """Keep commits, compacted commits and non-empty checkpoint files with version <= ``max_version``."""
+
+def classify_listing(
+    statuses: Iterable[FileStatus], max_version: int | None = None, listed_from: int = 0
+) -> LogListing:
+    """Keep commits, compacted commits and non-empty checkpoint files with version <= ``max_version``.
+
+    ``listed_from`` is the version the listing of ``statuses`` started at.
+    """
     deltas: list[tuple[int, FileStatus]] = []
     compacted: list[tuple[int, int, FileStatus]] = []
     checkpoints: list[FileStatus] = []
@@ -55,7 +66,7 @@ def classify_listing(statuses: Iterable[FileStatus], max_version: int | None = N
             if max_version is None or end <= max_version:
                 compacted.append((start, end, status))
     deltas.sort(key=lambda item: item[0])
-    return LogListing(deltas, compacted, checkpoints)
+    return LogListing(deltas, compacted, checkpoints, listed_from)
 
 
 def list_log(io: TableIO, start_version: int) -> list[FileStatus] | None:
@@ -64,6 +75,20 @@ def list_log(io: TableIO, start_version: int) -> list[FileStatus] | None:
         return list(io.store.list_from(filenames.listing_prefix(io.log_path, start_version)))
     except FileNotFoundError:
         return None
+
+
+def listing_from(io: TableIO, version: int) -> LogListing:
+    """The log from ``version`` on, classified (one ``list_from``).
+
+    Raises :class:`TableNotFoundError` if the log directory is missing or has no commit at all
+    from ``version`` on.
+    """
+    start = max(version, 0)
+    statuses = list_log(io, start)
+    listing = classify_listing(statuses or [], listed_from=start)
+    if statuses is None or (not listing.deltas and start == 0):
+        raise TableNotFoundError.no_commits(io.table_path, io.log_path)
+    return listing
 
 
 def full_listing(io: TableIO) -> LogListing:

@@ -254,3 +254,18 @@ def build_log_segment(
 def load_log_segment(io: TableIO, version: int | None = None) -> LogSegment:
     """The segment of ``version`` (latest if ``None``), listed from the ``_last_checkpoint`` hint."""
     return build_log_segment(io, version_to_load=version, last_checkpoint=read_last_checkpoint(io))
+
+
+def segment_in_listing(io: TableIO, listing: LogListing, version: int) -> LogSegment | None:
+    """The segment of ``version`` chosen from ``listing`` alone, or ``None`` if it may not hold it.
+
+    A listing from version 0 always suffices; a later one only when it holds a complete checkpoint
+    at or before ``version``. Errors of an impossible segment (a gap) are left to
+    :func:`build_log_segment`, which lists again: ``None`` then.
+    """
+    if listing.listed_from > 0 and latest_complete_checkpoint(listing.checkpoints, version) is None:
+        return None
+    try:
+        return select_log_segment(io.log_path, listing, io.table_path, version_to_load=version)
+    except (MissingVersionsError, VersionNotFoundError):
+        return None

@@ -22,6 +22,7 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replay.protocol.actions import AddFile, DeletionVectorDescriptor
 from replay.protocol.naming import camel_case, snake_case
 from replay.protocol.paths import dv_unique_id, file_key
 
@@ -451,3 +452,17 @@ def snake_column(batch: pa.RecordBatch, name: str, arrow_type: pa.DataType) -> p
     if pa.types.is_struct(arrow_type):
         return rename_struct(array, arrow_type)
     return array if array.type == arrow_type else array.cast(arrow_type)
+
+
+def add_actions(files: pa.Table) -> list[AddFile]:
+    """The rows of a snapshot-form files table (:data:`FILES_SCHEMA`) as :class:`AddFile` actions."""
+    actions = []
+    for row in files.to_pylist(maps_as_pydicts="lossy"):
+        dv = row.pop("deletion_vector")
+        values = {key: value for key, value in row.items() if value is not None}
+        values["partition_values"] = dict(row.get("partition_values") or {})
+        descriptor = (
+            DeletionVectorDescriptor(**{k: v for k, v in dv.items() if v is not None}) if dv else None
+        )
+        actions.append(AddFile(**values, deletion_vector=descriptor))
+    return actions

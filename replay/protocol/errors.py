@@ -102,6 +102,10 @@ class UnsupportedTableFeatureError(DeltaError):
         self.features = list(features)
 
 
+class AppendOnlyTableError(DeltaError):
+    """A commit would remove data from a table with ``delta.appendOnly`` set."""
+
+
 class ConcurrentModificationError(DeltaError):
     """A commit lost the race to a logically conflicting commit at ``winning_version``."""
 
@@ -134,3 +138,24 @@ class ChangeDataFeedNotEnabledError(DeltaError):
 
 class DataLossError(DeltaError):
     """Commits needed by a change or streaming read were deleted (log retention)."""
+
+
+class IncompatibleSchemaChangeError(DeltaError):
+    """A change feed or stream read crosses a schema change its read schema cannot read.
+
+    ``version`` is the version whose schema (or schema change) is incompatible, ``read_version``
+    the version whose schema the read uses (``None`` when not known), so that a caller can read
+    the versions before and after the change separately.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        version: int | None = None,
+        read_version: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table)
+        self.version = version
+        self.read_version = read_version

@@ -2,7 +2,9 @@
 
 The one home of table-level rules: which table properties are in force (parsed once, through
 :mod:`replay.protocol.table_properties`), whether this library can read the table, whether it
-can write it, and the retention cut-offs of tombstones and transactions. A snapshot is a log
+can write data to it, whether a commit may be made (Delta's writer protocol checks and
+``delta.appendOnly``, applied by every commit path), and the retention cut-offs of tombstones
+and transactions. A snapshot is a log
 segment plus one of these (Delta Kernel's ``TableConfiguration``).
 """
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from replay.protocol.actions import Metadata, Protocol
-from replay.protocol.errors import UnsupportedTableFeatureError
+from replay.protocol.errors import AppendOnlyTableError, UnsupportedTableFeatureError
 from replay.protocol.table_properties import (
     APPEND_ONLY,
     CHECKPOINT_INTERVAL,
@@ -63,22 +65,61 @@ WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset(
 """Writer features that do not concern this writer as long as the table does not use them."""
 
 
+SUPPORTED_READER_VERSIONS = tuple(range(1, SUPPORTED_READER_VERSION + 1))
+SUPPORTED_WRITER_VERSIONS = tuple(range(1, SUPPORTED_WRITER_VERSION + 1))
+
+
+def invalid_protocol_version_error(protocol: Protocol, table: str) -> UnsupportedTableFeatureError:
+    """Delta's ``DELTA_INVALID_PROTOCOL_VERSION`` for a table whose protocol versions are too new."""
+    readers = ", ".join(map(str, SUPPORTED_READER_VERSIONS))
+    writers = ", ".join(map(str, SUPPORTED_WRITER_VERSIONS))
+    return UnsupportedTableFeatureError(
+        f'[DELTA_INVALID_PROTOCOL_VERSION] Unsupported Delta protocol version: table "{table}" requires '
+        f"reader version {protocol.min_reader_version} and writer version {protocol.min_writer_version}, "
+        f"but this library supports reader versions {readers} and writer versions {writers}. Please "
+        "upgrade to a newer release.",
+        table=table,
+    )
+
+
 def check_readable(protocol: Protocol, table: str) -> None:
-    """Raise :class:`UnsupportedTableFeatureError` if this library cannot read a table with ``protocol``."""
+    """Raise :class:`UnsupportedTableFeatureError` if this library cannot read a table with ``protocol``.
+
+    Delta's ``DELTA_INVALID_PROTOCOL_VERSION`` for a reader version above 3 and
+    ``DELTA_UNSUPPORTED_FEATURES_FOR_READ`` for reader features this library does not implement.
+    """
     if protocol.min_reader_version > SUPPORTED_READER_VERSION:
-        raise UnsupportedTableFeatureError(
-            f"[DELTA_INVALID_PROTOCOL_VERSION] Unsupported Delta protocol version: table {table} requires"
-            f" reader version {protocol.min_reader_version}, writer version {protocol.min_writer_version},"
-            f" but this library supports reader versions 1, 2, 3",
-            table=table,
-        )
+        raise invalid_protocol_version_error(protocol, table)
     if protocol.min_reader_version == SUPPORTED_READER_VERSION:
         unsupported = sorted(set(protocol.reader_features or ()) - SUPPORTED_READER_FEATURES)
         if unsupported:
             raise UnsupportedTableFeatureError(
-                f"[DELTA_UNSUPPORTED_FEATURES_FOR_READ] Unsupported Delta read feature: table {table}"
-                " requires"
-                f" reader table feature(s) that are unsupported by this library: {', '.join(unsupported)}.",
+                f'[DELTA_UNSUPPORTED_FEATURES_FOR_READ] Unsupported Delta read feature: table "{table}" '
+                "requires reader table feature(s) that are unsupported by this library: "
+                f"{', '.join(unsupported)}.",
+                table=table,
+                features=unsupported,
+            )
+
+
+def check_protocol_writable(protocol: Protocol, table: str) -> None:
+    """Raise :class:`UnsupportedTableFeatureError` if this library may not commit with ``protocol``.
+
+    Delta's ``DELTA_INVALID_PROTOCOL_VERSION`` for a writer version above 7 and
+    ``DELTA_UNSUPPORTED_FEATURES_FOR_WRITE`` for writer features this library does not know
+    (features it knows but does not implement are refused by :func:`check_writable` only where
+    the table uses them).
+    """
+    if protocol.min_writer_version > SUPPORTED_WRITER_VERSION:
+        raise invalid_protocol_version_error(protocol, table)
+    if protocol.min_writer_version == SUPPORTED_WRITER_VERSION:
+        known = SUPPORTED_WRITER_FEATURES | WRITER_FEATURES_HARMLESS_WHEN_UNUSED
+        unsupported = sorted(set(protocol.writer_features or ()) - known)
+        if unsupported:
+            raise UnsupportedTableFeatureError(
+                f'[DELTA_UNSUPPORTED_FEATURES_FOR_WRITE] Unsupported Delta write feature: table "{table}" '
+                "requires writer table feature(s) that are unsupported by this library: "
+                f"{', '.join(unsupported)}.",
                 table=table,
                 features=unsupported,
             )
@@ -102,26 +143,30 @@ def features_in_use(metadata: Metadata) -> list[str]:
 
 
 def check_writable(protocol: Protocol, metadata: Metadata, table: str) -> None:
-    """Raise :class:`UnsupportedTableFeatureError` if this writer cannot write the table safely.
+    """Raise :class:`UnsupportedTableFeatureError` if this library cannot write data files to the table.
 
-    Refused: writer versions above 7, table features this writer does not know, and features
-    the table uses that would need enforcing (see :func:`features_in_use`).
+    Besides the protocol (:func:`check_protocol_writable`), refused are the features the table
+    uses that a data writer would have to enforce (see :func:`features_in_use`).
     """
-    unsupported: list[str] = []
-    if protocol.min_writer_version > SUPPORTED_WRITER_VERSION:
-        unsupported.append(f"writer version {protocol.min_writer_version}")
-    if protocol.min_writer_version == SUPPORTED_WRITER_VERSION:
-        known = SUPPORTED_WRITER_FEATURES | WRITER_FEATURES_HARMLESS_WHEN_UNUSED
-        unsupported += sorted(set(protocol.writer_features or ()) - known)
-    unsupported += features_in_use(metadata)
-    if unsupported:
-        features = list(dict.fromkeys(unsupported))
+    check_protocol_writable(protocol, table)
+    in_use = features_in_use(metadata)
+    if in_use:
         raise UnsupportedTableFeatureError(
             f"Cannot write to table {table}: it uses features this writer does not support: "
-            f"{', '.join(features)}",
+            f"{', '.join(in_use)}",
             table=table,
-            features=features,
+            features=in_use,
         )
+
+
+def append_only_error(table: str) -> AppendOnlyTableError:
+    """Delta's ``DELTA_CANNOT_MODIFY_APPEND_ONLY``."""
+    return AppendOnlyTableError(
+        "[DELTA_CANNOT_MODIFY_APPEND_ONLY] This table is configured to only allow appends. If you would "
+        f"like to permit updates or deletes, use 'ALTER TABLE {table} SET TBLPROPERTIES "
+        f"({APPEND_ONLY.key}=false)'.",
+        table=table,
+    )
 
 
 @dataclass(frozen=True)
@@ -199,5 +244,29 @@ class TableConfiguration:
         check_readable(self.protocol, self.table)
 
     def check_writable(self) -> None:
-        """Raise :class:`UnsupportedTableFeatureError` if this library cannot write the table."""
+        """Raise :class:`UnsupportedTableFeatureError` if this library cannot write data to the table."""
         check_writable(self.protocol, self.metadata, self.table)
+
+    def updated(
+        self, protocol: Protocol | None = None, metadata: Metadata | None = None
+    ) -> TableConfiguration:
+        """The configuration after a commit that sets ``protocol`` and/or ``metadata``."""
+        if protocol is None and metadata is None:
+            return self
+        return TableConfiguration(protocol or self.protocol, metadata or self.metadata, self.table)
+
+    def check_commit(self, *, removes_data: bool, previous: TableConfiguration | None = None) -> None:
+        """Delta's writer checks for a commit that leaves the table in this configuration.
+
+        ``previous`` is the configuration the commit was made from (``None`` for a new table).
+        Raises :class:`UnsupportedTableFeatureError` when this library cannot read the table or
+        commit to it, before or after (Delta's ``DELTA_INVALID_PROTOCOL_VERSION``,
+        ``DELTA_UNSUPPORTED_FEATURES_FOR_READ`` / ``..._FOR_WRITE``), and
+        :class:`AppendOnlyTableError` (``DELTA_CANNOT_MODIFY_APPEND_ONLY``) when the commit
+        removes data (``remove`` with ``dataChange``) from a ``delta.appendOnly`` table.
+        """
+        for config in (previous, self) if previous is not None else (self,):
+            check_readable(config.protocol, self.table)
+            check_protocol_writable(config.protocol, self.table)
+        if removes_data and (self.append_only or (previous is not None and previous.append_only)):
+            raise append_only_error(self.table)

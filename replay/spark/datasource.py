@@ -61,11 +61,13 @@ from replay.cdc import (
     CDC_COMMIT_TIMESTAMP,
     CDC_COMMIT_VERSION,
     CDC_TYPE_COLUMN,
+    SCHEMA_MODE_KEY,
     AdmissionLimits,
     ChangeRead,
     DeltaSource,
     DeltaSourceOffset,
     StreamOptions,
+    change_read_snapshot,
     plan_changes,
     read_change,
     resolve_change_range,
@@ -89,6 +91,8 @@ STORAGE_KEY_PREFIXES = (
 )
 _CAMEL_CASE_WORDS = ("logStore", "S3DynamoDBLogStore", "tableName", "provisionedThroughput")
 OUT_OF_RANGE_KEY = "spark.databricks.delta.changeDataFeed.timestampOutOfRange.enabled"
+SESSION_KEYS = (OUT_OF_RANGE_KEY, SCHEMA_MODE_KEY)
+"""Delta SQL confs read from the session (or from the read options) besides storage settings."""
 TARGET_PARTITION_BYTES = 128 * 1024 * 1024
 OPEN_COST_BYTES = 4 * 1024 * 1024
 PARALLELISM_HINT = 8
@@ -146,6 +150,10 @@ class ReadSettings:
                 "neither LOCATION nor OPTIONS of a SQL table to a Python data source)"
             )
         conf = {**storage_conf(session_conf), **storage_conf(raw)}
+        for key in (SCHEMA_MODE_KEY,):
+            value = lowered.get(key.lower(), session_conf.get(key))
+            if value is not None:
+                conf[key] = value
         out_of_range = lowered.get(OUT_OF_RANGE_KEY.lower(), session_conf.get(OUT_OF_RANGE_KEY, "false"))
         starting_version: int | str | None = None
         if "startingversion" in lowered:
@@ -356,6 +364,22 @@ class DeltaLogBatchReader(DataSourceReader):
         yield from _record_batches(reader, partition, self.settings.read_change_feed, self.schema)
 
 
+def _change_read_snapshot(delta_log: DeltaLog, settings: ReadSettings) -> Snapshot:
+    """The snapshot whose schema a change read uses: the latest, or the end version's for a
+    bounded batch read of a column-mapping table (as :func:`replay.cdc.plan_changes` reads)."""
+    if settings.ending_version is None and settings.ending_timestamp is None:
+        return delta_log.update()
+    resolved = resolve_change_range(
+        delta_log,
+        settings.starting_version if isinstance(settings.starting_version, int) else None,
+        settings.ending_version,
+        settings.starting_timestamp,
+        settings.ending_timestamp,
+        allow_out_of_range=settings.allow_out_of_range,
+    )
+    return delta_log.update() if resolved is None else change_read_snapshot(delta_log, *resolved)
+
+
 def _snapshot(delta_log: DeltaLog, settings: ReadSettings) -> Snapshot:
     if settings.version_as_of is not None:
         return delta_log.snapshot(version=settings.version_as_of)
@@ -468,7 +492,8 @@ class DeltaLogDataSource(DataSource):
     def schema(self) -> StructType:
         settings = self.settings
         delta_log = DeltaLog.for_table(settings.path, settings.conf)
-        snapshot = delta_log.update() if settings.read_change_feed else _snapshot(delta_log, settings)
+        snapshot = _change_read_snapshot(delta_log, settings) if settings.read_change_feed else None
+        snapshot = snapshot or _snapshot(delta_log, settings)
         schema_string = snapshot.metadata.schema_string or snapshot.schema.to_json()
         return spark_schema(schema_string, settings.read_change_feed)
 
@@ -530,7 +555,7 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     Call again after changing storage settings in the session conf. Returns the ``deltalog`` class.
     """
     conf = storage_conf(to_conf_dict(spark))
-    for key in (OUT_OF_RANGE_KEY, *WRITE_SESSION_KEYS):
+    for key in (*SESSION_KEYS, *WRITE_SESSION_KEYS):
         try:
             value = spark.conf.get(key, None)
         except Exception:  # noqa: BLE001 - Spark Connect or a missing key: keep the default

@@ -10,9 +10,9 @@ and no reference to a table object. Active files stay as Arrow tables; :meth:`fi
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +36,10 @@ from replay.protocol.errors import VersionNotFoundError
 from replay.protocol.paths import resolve_path
 from replay.protocol.schema import StructType
 from replay.protocol.table_config import TableConfiguration
+from replay.state.scan import Filter, Scan
+
+if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
+    import pandas as pd
 
 
 def _clean(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,6 +232,25 @@ class Snapshot:
         )
         deleted = pc.fill_null(table.column("deletion_timestamp"), 0)
         return table.filter(pc.greater(deleted, self.min_file_retention_timestamp))
+
+    # -- rows ----------------------------------------------------------------------------------------
+    def scan(self, filter: Filter | None = None, columns: Sequence[str] | None = None) -> Scan:
+        """A scan of the rows matching ``filter`` (a pyarrow expression or DNF tuples).
+
+        Files that cannot hold a matching row (by partition values or statistics) are never
+        opened; rows are filtered exactly. Raises
+        :class:`~replay.protocol.predicates.InvalidFilterError` for a malformed filter or an
+        unknown column.
+        """
+        return Scan(self.files_table(), self.config, self.io, row_filter=filter, columns=columns)
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: Filter | None = None) -> pa.Table:
+        """The rows of this version (matching ``filter``) as one Arrow table."""
+        return self.scan(filter, columns).to_arrow()
+
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: Filter | None = None) -> pd.DataFrame:
+        """The rows of this version (matching ``filter``) as a pandas DataFrame."""
+        return self.scan(filter, columns).to_pandas()
 
     def __repr__(self) -> str:
         return f"Snapshot({self.table_path!r}, version={self.version})"

@@ -31,7 +31,6 @@ from typing import Any
 import orjson
 
 from replay.log.commit_files import read_commit
-from replay.log.listing import latest_version
 from replay.log.table_io import TableIO
 from replay.protocol.actions import (
     Action,
@@ -44,7 +43,9 @@ from replay.protocol.actions import (
 )
 from replay.protocol.errors import ConcurrentModificationError, TableNotFoundError, VersionNotFoundError
 from replay.protocol.filenames import delta_file
+from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_properties import ENABLE_IN_COMMIT_TIMESTAMPS
+from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -243,11 +244,12 @@ def _commit_info(
     return CommitInfo(values)
 
 
-def _latest_version(io: TableIO) -> int:
+def _latest_snapshot(io: TableIO) -> Snapshot | None:
+    """The latest snapshot, ``None`` when there is no table yet."""
     try:
-        return latest_version(io)
+        return load_snapshot(io)
     except TableNotFoundError:
-        return -1
+        return None
 
 
 def commit(
@@ -276,20 +278,39 @@ def commit(
     ``reads_partitions`` marks a transaction that read only some partitions (it gets a file's
     partition values); ``user_metadata`` becomes ``commitInfo.userMetadata``.
 
+    Before anything is written, Delta's writer checks are applied to the table configuration the
+    commit leaves in force (:meth:`TableConfiguration.check_commit`, the one home of these
+    rules): the snapshot the commit is made from is loaded when not given, so a log whose
+    versions cannot be reconstructed (missing commits, no usable checkpoint) raises its
+    :class:`~replay.protocol.errors.MissingVersionsError` here.
+
     Raises :class:`ConcurrentModificationError` (with ``winning_version``) when a concurrent
     commit conflicts or ``max_attempts`` versions were all taken, :class:`ValueError` for a
-    table creation without protocol or metadata; storage errors propagate.
+    table creation without protocol or metadata, :class:`UnsupportedTableFeatureError` for a
+    table (or a protocol upgrade) this library cannot commit to, :class:`AppendOnlyTableError`
+    for a data removal from an append-only table; storage errors propagate.
     """
     actions = [action for action in actions if not isinstance(action, CommitInfo)]
-    if read_version is None:
-        read_version = read_snapshot.version if read_snapshot is not None else _latest_version(io)
+    if read_snapshot is None:
+        if read_version is None:
+            read_snapshot = _latest_snapshot(io)
+            read_version = read_snapshot.version if read_snapshot is not None else -1
+        elif read_version >= 0:
+            read_snapshot = load_snapshot(io, version=read_version)
+    elif read_version is None:
+        read_version = read_snapshot.version
     table = io.table_path
     txn = _Transaction.of(table, actions, reads_whole_table, reads_partitions)
-    if read_version < 0:
-        if txn.metadata is None or txn.protocol is None:
-            named = (("protocol", txn.protocol), ("metadata", txn.metadata))
-            missing = " and ".join(name for name, action in named if action is None)
-            raise ValueError(f"Cannot create table {table}: the first commit needs a {missing} action")
+    base = read_snapshot if read_version >= 0 else None
+    if base is None and (txn.metadata is None or txn.protocol is None):
+        named = (("protocol", txn.protocol), ("metadata", txn.metadata))
+        missing = " and ".join(name for name, action in named if action is None)
+        raise ValueError(f"Cannot create table {table}: the first commit needs a {missing} action")
+    configuration_after(io, txn, base).check_commit(
+        removes_data=any(isinstance(a, RemoveFile) and a.data_change for a in actions),
+        previous=base.config if base is not None else None,
+    )
+    if base is None:
         io.store.create_directories(io.log_path)
     parameters = encode_operation_parameters(operation_parameters)
     blind_append = _is_blind_append(actions, reads_whole_table, reads_partitions is not None)
@@ -325,6 +346,15 @@ def commit(
         table=table,
         winning_version=version - 1,
     )
+
+
+def configuration_after(io: TableIO, txn: _Transaction, read_snapshot: Snapshot | None) -> TableConfiguration:
+    """The table configuration a commit of ``txn`` leaves in force (its protocol and metadata
+    over those of ``read_snapshot``; for a new table, the ones the commit creates)."""
+    if read_snapshot is None:
+        assert txn.protocol is not None and txn.metadata is not None
+        return TableConfiguration(txn.protocol, txn.metadata, io.table_path)
+    return read_snapshot.config.updated(txn.protocol, txn.metadata)
 
 
 def _check_winners(io: TableIO, txn: _Transaction, timestamps: _InCommitTimestamps, first: int) -> int:

@@ -27,7 +27,6 @@ from replay.txn.post_commit import run_post_commit_hooks
 from replay.txn.write_plan import (
     WRITE_MODES,
     WriteOptions,
-    check_not_append_only,
     commit_write,
     latest_snapshot,
     new_table_protocol,
@@ -92,7 +91,8 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     Raises :class:`~replay.txn.schema_merge.SchemaMismatchError` (Delta's schema errors),
     :class:`~replay.txn.data_writer.InvariantViolationError` (``replace_where`` or NOT NULL
     violated), :class:`UnsupportedTableFeatureError` for tables needing writer features this
-    writer lacks, :class:`ValueError` for invalid options, and
+    writer lacks, :class:`AppendOnlyTableError` for an overwrite of an append-only table,
+    :class:`ValueError` for invalid options, and
     :class:`replay.protocol.errors.ConcurrentModificationError` when a concurrent commit conflicts
     (an overwrite conflicts with a concurrent append to what it replaces). Nothing is committed
     and no data file is left behind when it fails.
@@ -134,15 +134,15 @@ def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = N
 
     ``paths`` are paths as the log spells them (``AddFile.path``, compared with %-escapes
     normalised) or resolved URIs of the files. Raises :class:`ValueError` naming every path that
-    is not an active file, :class:`TableNotFoundError` if there is no table, and
-    :class:`replay.protocol.errors.ConcurrentModificationError` if a concurrent commit removed one of them.
+    is not an active file, :class:`TableNotFoundError` if there is no table, the commit checks'
+    errors (:meth:`TableConfiguration.check_commit`: an append-only table, a protocol this
+    library cannot commit to) and :class:`replay.protocol.errors.ConcurrentModificationError`
+    if a concurrent commit removed one of them.
     """
     io = TableIO.for_table(table_uri, conf)
     snapshot = latest_snapshot(io)
     if snapshot is None:
         raise TableNotFoundError(f"Cannot delete files: no Delta table at {table_uri}", table=table_uri)
-    snapshot.config.check_writable()
-    check_not_append_only(snapshot.config)
     by_key: dict[str, AddFile] = {}
     for add in snapshot.files():
         by_key[normalize_path_key(add.path)] = add

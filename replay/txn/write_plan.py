@@ -325,10 +325,12 @@ def plan_write(
         commit_protocol = protocol != snapshot.protocol
         read_version = snapshot.version
         committed = snapshot.set_transactions.get(options.txn_app_id) if options.txn_app_id else None
-        if options.overwrite:
-            check_not_append_only(snapshot.config)
     replace_where = _replace_where(options, metadata, table)
     config = TableConfiguration(protocol, metadata, table)
+    config.check_commit(
+        removes_data=options.overwrite and snapshot is not None,
+        previous=snapshot.config if snapshot is not None else None,
+    )
     schema = metadata.schema
     spec = FileWriteSpec(
         table_path=table,
@@ -423,17 +425,6 @@ def _replace_where(options: WriteOptions, metadata: Metadata, table: str) -> Pre
                 f" (replaceWhere on table {table})"
             )
     return predicate
-
-
-def check_not_append_only(config: TableConfiguration) -> None:
-    """Raise :class:`DeltaError` if the table only allows appends (``delta.appendOnly``)."""
-    table = config.table
-    if config.append_only:
-        raise DeltaError(
-            f"This table is configured to only allow appends: cannot remove files from {table} "
-            "(delta.appendOnly = true)",
-            table=table,
-        )
 
 
 # -- committing ---------------------------------------------------------------------------------

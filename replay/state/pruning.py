@@ -1,0 +1,436 @@
+"""File pruning: which active files may hold rows matching a predicate, decided in Arrow.
+
+Each file gets *bounds* for every column the predicate reads: for a partition column its typed
+partition value; for a data column the ``minValues``/``maxValues``/``nullCount`` of its statistics
+with ``numRecords``. A predicate is then evaluated over all files at once, with three-valued
+logic: ``false`` only where the bounds prove that no row can match; unknown bounds (no
+statistics, a column past ``delta.dataSkippingNumIndexedCols``, a literal that does not fit)
+keep the file. Statistics are read as Delta writes them: timestamps with millisecond precision
+(a maximum is widened by the sub-millisecond part it may have lost) and strings truncated to a
+prefix (a long maximum bounds only the values sharing its prefix). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+
+from replay.data.partition_values import parse_partition_value
+from replay.protocol.predicates import (
+    And,
+    Compare,
+    In,
+    IsNull,
+    Not,
+    Opaque,
+    Or,
+    Predicate,
+    StartsWith,
+    columns_of,
+    negate,
+)
+from replay.protocol.schema import DataType, PrimitiveType, StructField, StructType, arrow_type
+from replay.protocol.table_config import TableConfiguration
+
+logger = logging.getLogger(__name__)
+
+STRING_PREFIX_LENGTH = 32
+"""Delta truncates string statistics to this many characters: a maximum this long may be a prefix."""
+FLOAT_SLACK = 1e-6
+"""Relative slack on floating-point literals (a printed literal may have been rounded)."""
+MAX_IN_VALUES = 64
+"""Larger ``IN`` lists are pruned by their smallest and largest value only."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the files' metadata says about one column, one entry per file (nulls: unknown).
+
+    ``minimum``/``maximum`` bound the non-null values; ``exact_maximum`` is false where the
+    maximum may be a truncated prefix; ``nulls``/``records`` count null values and rows.
+    """
+
+    data_type: pa.DataType
+    minimum: pa.Array
+    maximum: pa.Array
+    exact_maximum: pa.Array
+    nulls: pa.Array
+    records: pa.Array
+
+    @property
+    def all_null(self) -> pa.Array:
+        return pc.equal(self.nulls, self.records)
+
+    @property
+    def some_value(self) -> pa.Array:
+        return pc.less(self.nulls, self.records)
+
+
+def may_match(files: pa.Table, predicate: Predicate, config: TableConfiguration) -> pa.Array:
+    """A boolean per file of ``files`` (the snapshot form): false where no row can match."""
+    if files.num_rows == 0:
+        return pa.array([], pa.bool_())
+    bounds = _column_bounds(files, sorted(columns_of(predicate)), config)
+    result = _evaluate(predicate, bounds, files.num_rows)
+    return pc.fill_null(result, True)
+
+
+def prune(files: pa.Table, predicate: Predicate, config: TableConfiguration) -> pa.Table:
+    """The rows of ``files`` that may hold rows matching ``predicate``."""
+    return files.filter(may_match(files, predicate, config))
+
+
+# -- evaluation -----------------------------------------------------------------------------------
+def _evaluate(predicate: Predicate, bounds: Mapping[tuple[str, ...], Bounds | None], count: int) -> pa.Array:
+    unknown = pa.nulls(count, pa.bool_())
+    if isinstance(predicate, And):
+        result = pa.repeat(pa.scalar(True), count)
+        for child in predicate.children:
+            result = pc.and_kleene(result, _evaluate(child, bounds, count))
+        return result
+    if isinstance(predicate, Or):
+        result = pa.repeat(pa.scalar(False), count)
+        for child in predicate.children:
+            result = pc.or_kleene(result, _evaluate(child, bounds, count))
+        return result
+    if isinstance(predicate, Not):
+        return _evaluate(negate(predicate.child), bounds, count)
+    if isinstance(predicate, Opaque):
+        return unknown
+    column = bounds.get(predicate.column)
+    if column is None:
+        return unknown
+    try:
+        return _leaf(predicate, column)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError, TypeError) as exc:
+        logger.debug("no pruning for %s: %s", predicate, exc)
+        return unknown
+
+
+def _literal(value: object, data_type: pa.DataType) -> pa.Scalar:
+    """``value`` as a scalar of the column's type; :class:`ValueError` if it does not fit exactly."""
+    scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value)
+    if pa.types.is_floating(data_type) and not pa.types.is_floating(scalar.type):
+        scalar = scalar.cast(pa.float64())
+    if pa.types.is_floating(scalar.type) and scalar.is_valid and scalar.as_py() != scalar.as_py():
+        raise ValueError("a NaN literal")
+    return scalar if scalar.type == data_type else scalar.cast(data_type, safe=True)
+
+
+def _leaf(predicate: Compare | In | IsNull | StartsWith, column: Bounds) -> pa.Array:
+    if isinstance(predicate, IsNull):
+        return column.some_value if predicate.negated else pc.greater(column.nulls, 0)
+    if isinstance(predicate, StartsWith):
+        prefix = _literal(predicate.prefix, column.data_type)
+        low = pc.utf8_slice_codeunits(column.minimum, 0, len(predicate.prefix))
+        return _all(column.some_value, pc.less_equal(low, prefix), _at_most_max(column, prefix, ">="))
+    if isinstance(predicate, In):
+        return _in(predicate, column)
+    literal = _literal(predicate.value, column.data_type)
+    op = predicate.op
+    if op == "=":
+        return _all(
+            column.some_value, _at_least_min(column, literal, "<="), _at_most_max(column, literal, ">=")
+        )
+    if op == "!=":
+        only_literal = _all(
+            column.exact_maximum, pc.equal(column.minimum, literal), pc.equal(column.maximum, literal)
+        )
+        return pc.invert(
+            pc.or_kleene(column.all_null, pc.and_kleene(only_literal, pc.equal(column.nulls, 0)))
+        )
+    if op in ("<", "<="):
+        return pc.and_kleene(column.some_value, _at_least_min(column, literal, op))
+    return pc.and_kleene(column.some_value, _at_most_max(column, literal, op))
+
+
+def _in(predicate: In, column: Bounds) -> pa.Array:
+    values = [_literal(value, column.data_type) for value in predicate.values]
+    if predicate.negated:  # cannot match only where every row is null or one single listed value
+        single = _all(column.exact_maximum, pc.equal(column.minimum, column.maximum))
+        listed = pc.is_in(column.minimum, value_set=pa.array([v.as_py() for v in values], column.data_type))
+        return pc.and_kleene(column.some_value, pc.invert(_all(single, listed, pc.equal(column.nulls, 0))))
+    if not values:
+        return pa.repeat(pa.scalar(False), len(column.records))
+    if len(values) > MAX_IN_VALUES:
+        ordered = pc.sort_indices(pa.array([v.as_py() for v in values], column.data_type))
+        values = [values[int(ordered[0].as_py())], values[int(ordered[-1].as_py())]]
+        return _all(
+            column.some_value, _at_least_min(column, values[-1], "<="), _at_most_max(column, values[0], ">=")
+        )
+    result = pa.repeat(pa.scalar(False), len(column.records))
+    for value in values:
+        hit = _all(column.some_value, _at_least_min(column, value, "<="), _at_most_max(column, value, ">="))
+        result = pc.or_kleene(result, hit)
+    return result
+
+
+def _all(*conditions: pa.Array) -> pa.Array:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = pc.and_kleene(result, condition)
+    return result
+
+
+_COMPARE: dict[str, Callable[[Any, Any], pa.Array]] = {
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+
+
+def _slack(literal: pa.Scalar, direction: int) -> pa.Scalar:
+    """A floating literal moved by :data:`FLOAT_SLACK` towards keeping more files."""
+    if not pa.types.is_floating(literal.type):
+        return literal
+    value = float(literal.as_py())
+    return pa.scalar(value + direction * (abs(value) * FLOAT_SLACK + 1e-300), literal.type)
+
+
+def _at_least_min(column: Bounds, literal: pa.Scalar, op: str) -> pa.Array:
+    """Some value ``v >= minimum`` can satisfy ``v <op> literal`` (``op`` is ``<`` or ``<=``)."""
+    return _COMPARE["<" if op == "<" else "<="](column.minimum, _slack(literal, +1))
+
+
+def _at_most_max(column: Bounds, literal: pa.Scalar, op: str) -> pa.Array:
+    """Some value ``v <= maximum`` can satisfy ``v <op> literal`` (``op`` is ``>`` or ``>=``).
+
+    Where the maximum may be a truncated prefix ``p`` of the true maximum ``m``, ``m`` starts
+    with ``p``: a literal whose first ``len(p)`` characters are ``<= p`` may be below ``m``.
+    """
+    compare = _COMPARE[">" if op == ">" else ">="]
+    literal = _slack(literal, -1)
+    exact = compare(column.maximum, literal)
+    if not pa.types.is_string(column.data_type) or pc.all(column.exact_maximum).as_py():
+        return exact
+    text = str(literal.as_py())
+    lengths = pc.utf8_length(column.maximum)
+    prefix_ok = pa.nulls(len(lengths), pa.bool_())
+    for length in pc.unique(lengths.drop_null()).to_pylist():
+        holds = pc.less_equal(pa.scalar(text[:length]), column.maximum)
+        prefix_ok = pc.if_else(pc.equal(lengths, length), holds, prefix_ok)
+    return pc.if_else(column.exact_maximum, exact, prefix_ok)
+
+
+# -- bounds ---------------------------------------------------------------------------------------
+def _column_bounds(
+    files: pa.Table, paths: Sequence[tuple[str, ...]], config: TableConfiguration
+) -> dict[tuple[str, ...], Bounds | None]:
+    schema = config.metadata.schema
+    partition_columns = set(config.metadata.partition_columns)
+    mode = config.column_mapping_mode
+    out: dict[tuple[str, ...], Bounds | None] = {}
+    stats_paths: list[tuple[tuple[str, ...], list[StructField]]] = []
+    for path in paths:
+        fields = _resolve(schema, path)
+        if fields is None:
+            out[path] = None
+        elif len(path) == 1 and path[0] in partition_columns:
+            out[path] = _partition_bounds(files, fields[0], mode)
+        else:
+            stats_paths.append((path, fields))
+    if stats_paths:
+        out.update(_statistics_bounds(files, stats_paths, mode))
+    return out
+
+
+def _resolve(schema: StructType, path: tuple[str, ...]) -> list[StructField] | None:
+    """The fields along ``path`` (top-level first); ``None`` if it names no primitive column."""
+    fields: list[StructField] = []
+    current: DataType = schema
+    for part in path:
+        if not isinstance(current, StructType):
+            return None
+        match = next((f for f in current.fields if f.name == part), None)
+        if match is None:
+            return None
+        fields.append(match)
+        current = match.type
+    return fields if isinstance(current, PrimitiveType) else None
+
+
+def _physical(field: StructField, mode: str) -> str:
+    return field.physical_name if mode != "none" else field.name
+
+
+def _partition_bounds(files: pa.Table, field: StructField, mode: str) -> Bounds:
+    """Bounds of a partition column: its typed value, both minimum and maximum of the file.
+
+    Every row of a file shares its partition value, so one row stands for all of them (a file's
+    statistics are not read for partition columns).
+    """
+    values = files.column("partition_values").combine_chunks()
+    raw = pc.map_lookup(values, _physical(field, mode), "first")
+    if mode != "none":
+        raw = pc.coalesce(raw, pc.map_lookup(values, field.name, "first"))
+    distinct = pc.unique(raw)
+    target = arrow_type(field.type)
+    parsed = pa.array([parse_partition_value(v, field.type) for v in distinct.to_pylist()], target)
+    typed = parsed.take(pc.index_in(raw, value_set=distinct))
+    count = len(typed)
+    nulls = pc.if_else(typed.is_null(), 1, 0).cast(pa.int64())
+    return Bounds(
+        target, typed, typed, pa.repeat(pa.scalar(True), count), nulls, pa.repeat(pa.scalar(1), count)
+    )
+
+
+def _stats_type(data_type: PrimitiveType) -> pa.DataType:
+    """How a statistic of ``data_type`` is spelled in the JSON stats (before conversion)."""
+    target = data_type.to_arrow()
+    if pa.types.is_integer(target):
+        return pa.int64()
+    if pa.types.is_floating(target):
+        return pa.float64()
+    if pa.types.is_timestamp(target):
+        return pa.timestamp("us", tz=target.tz)
+    if pa.types.is_date(target) or pa.types.is_string(target):
+        return pa.string()
+    if pa.types.is_decimal(target) or pa.types.is_boolean(target):
+        return target
+    raise ValueError(f"no statistics are used for {data_type.name}")
+
+
+def _nested_struct(paths: Sequence[tuple[str, ...]], types: Sequence[pa.DataType]) -> pa.StructType:
+    """A struct type holding every ``path`` with its type (shared prefixes merged)."""
+    tree: dict[str, Any] = {}
+    for path, leaf in zip(paths, types, strict=True):
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = leaf
+
+    def build(node: dict[str, Any]) -> pa.StructType:
+        return pa.struct([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
+
+    return build(tree)
+
+
+def _statistics_bounds(
+    files: pa.Table, columns: Sequence[tuple[tuple[str, ...], list[StructField]]], mode: str
+) -> dict[tuple[str, ...], Bounds | None]:
+    out: dict[tuple[str, ...], Bounds | None] = {}
+    usable: list[tuple[tuple[str, ...], tuple[str, ...], PrimitiveType]] = []
+    for path, fields in columns:
+        leaf = fields[-1].type
+        try:
+            assert isinstance(leaf, PrimitiveType)
+            _stats_type(leaf)
+        except (AssertionError, ValueError):
+            out[path] = None
+            continue
+        usable.append((path, tuple(_physical(f, mode) for f in fields), leaf))
+    if not usable:
+        return out
+    physical = [p for _, p, _ in usable]
+    value_types = [_stats_type(leaf) for _, _, leaf in usable]
+    schema = pa.schema(
+        [
+            ("numRecords", pa.int64()),
+            ("minValues", _nested_struct(physical, value_types)),
+            ("maxValues", _nested_struct(physical, value_types)),
+            ("nullCount", _nested_struct(physical, [pa.int64()] * len(physical))),
+        ]
+    )
+    parsed = _read_stats_json(files.column("stats").combine_chunks(), schema)
+    records = pc.struct_field(parsed, "numRecords")
+    for path, names, leaf in usable:
+        target = leaf.to_arrow()
+        minimum = _convert(_dig(parsed, ("minValues", *names)), target)
+        maximum = _convert(_dig(parsed, ("maxValues", *names)), target)
+        if pa.types.is_floating(target):  # a NaN bound says nothing about the other values
+            minimum = pc.if_else(pc.is_nan(minimum), pa.scalar(None, target), minimum)
+            maximum = pc.if_else(pc.is_nan(maximum), pa.scalar(None, target), maximum)
+        if pa.types.is_timestamp(target):  # statistics keep milliseconds: the maximum may be below
+            maximum = pc.add(maximum, pa.scalar(999, pa.duration("us")).cast(pa.duration(target.unit)))
+        exact = pa.repeat(pa.scalar(True), len(maximum))
+        if pa.types.is_string(target):
+            exact = pc.less(pc.utf8_length(maximum), STRING_PREFIX_LENGTH)
+        out[path] = Bounds(target, minimum, maximum, exact, _dig(parsed, ("nullCount", *names)), records)
+    return out
+
+
+def _dig(struct: pa.StructArray, names: Sequence[str]) -> pa.Array:
+    """A nested child of ``struct``; a null parent makes the child null."""
+    array: pa.Array = struct
+    for name in names:
+        array = pc.struct_field(array, name)
+    return array
+
+
+def _convert(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """Statistics as read from JSON, as ``target`` (values that do not convert become null)."""
+    if values.type == target:
+        return values
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        converted = []
+        for value in values.to_pylist():
+            try:
+                converted.append(pa.scalar(value).cast(target).as_py() if value is not None else None)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                converted.append(None)
+        return pa.array(converted, target)
+
+
+def _read_stats_json(stats: pa.Array, schema: pa.Schema) -> pa.StructArray:
+    """The ``stats`` JSON strings read as ``schema`` (a file without statistics gives nulls).
+
+    pyarrow's JSON reader reads them all at once; if any file's statistics do not fit the schema
+    the strings are read one by one, and a file whose statistics are unreadable gets nulls.
+    """
+    count = len(stats)
+    filled = pc.fill_null(stats, "{}")
+    payload = _newline_delimited(pc.binary_join_element_wise(filled, pa.scalar("\n"), ""))
+    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        table = pajson.read_json(pa.BufferReader(payload), parse_options=options)
+        if table.num_rows == count:
+            return pa.StructArray.from_arrays(
+                [table.column(name).combine_chunks() for name in schema.names], fields=list(schema)
+            )
+    except pa.ArrowInvalid:
+        pass
+    rows: list[dict[str, Any] | None] = []
+    for text in stats.to_pylist():
+        try:
+            value = orjson.loads(text) if text else None
+        except orjson.JSONDecodeError:
+            value = None
+        rows.append(_fit(value, pa.struct(list(schema))) if isinstance(value, dict) else None)
+    return pa.array(rows, pa.struct(list(schema)))
+
+
+def _newline_delimited(lines: pa.Array) -> pa.Buffer:
+    """The character data of a string array (each value already ends with a newline), as one buffer."""
+    lines = lines.cast(pa.large_string()) if not pa.types.is_large_string(lines.type) else lines
+    if not len(lines):
+        return pa.py_buffer(b"")
+    offsets = pa.Array.from_buffers(
+        pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset
+    )
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    return lines.buffers()[2].slice(start, end - start)
+
+
+def _fit(value: Any, arrow_type: pa.DataType) -> Any:
+    """``value`` with every part that does not fit ``arrow_type`` replaced by null."""
+    if pa.types.is_struct(arrow_type):
+        if not isinstance(value, dict):
+            return None
+        return {f.name: _fit(value.get(f.name), f.type) for f in arrow_type}
+    try:
+        return pa.scalar(value, arrow_type).as_py()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
+        try:
+            return pa.scalar(value).cast(arrow_type).as_py()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
+            return None
