@@ -21,13 +21,16 @@ from replay.log.commit_timestamps import CommitRecord, active_commit_at
 from replay.log.listing import LogListing, earliest_recreatable_version, full_listing, latest_version
 from replay.log.log_segment import LogSegment, build_log_segment, load_log_segment, segment_in_listing
 from replay.log.table_io import TableIO
-from replay.protocol.actions import Action
+from replay.protocol.actions import Action, Metadata, Protocol
 from replay.protocol.errors import MissingVersionsError, TableNotFoundError, VersionNotFoundError
+from replay.protocol.table_config import TableConfiguration
 from replay.protocol.timestamps import Timestamp, to_timestamp_ms
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult, write_checkpoint
 from replay.txn.committer import commit
+from replay.txn.log_cleanup import cleanup_expired_logs
+from replay.txn.post_commit import run_post_commit_hooks
 
 
 class DeltaLog:
@@ -190,10 +193,12 @@ class DeltaLog:
         made from, which must load: an unreadable or gapped log, a protocol this library cannot
         commit to and a data removal from an append-only table are refused before anything is
         written (see :meth:`replay.protocol.table_config.TableConfiguration.check_commit`).
+        The post-commit hooks run afterwards (automatic checkpoint, log cleanup; see
+        :mod:`replay.txn.post_commit`).
         """
         read_snapshot = self._commit_base(read_version)
         try:
-            return commit(
+            version = commit(
                 self.io,
                 actions,
                 operation,
@@ -204,6 +209,21 @@ class DeltaLog:
             )
         finally:
             self.invalidate()
+        run_post_commit_hooks(self.io, version, self._configuration_after(actions, read_snapshot))
+        return version
+
+    def _configuration_after(
+        self, actions: Sequence[Action], base: Snapshot | None
+    ) -> TableConfiguration | None:
+        """The table configuration a commit of ``actions`` leaves, when known without a replay."""
+        metadata = next((a for a in actions if isinstance(a, Metadata)), None)
+        protocol = next((a for a in actions if isinstance(a, Protocol)), None)
+        if base is not None:
+            metadata = metadata or base.metadata
+            protocol = protocol or base.protocol
+        if metadata is None or protocol is None:
+            return None
+        return TableConfiguration(protocol, metadata, self.table_path)
 
     def _commit_base(self, read_version: int | None) -> Snapshot | None:
         """The snapshot a commit is made from: the (cached) latest one for a blind commit, the one
@@ -224,6 +244,17 @@ class DeltaLog:
         """Write a checkpoint of ``version`` (latest if ``None``); see :mod:`replay.txn.checkpoint_writer`."""
         snapshot = self.snapshot(version) if version is not None else self.update()
         return write_checkpoint(self.io, snapshot)
+
+    def cleanup_expired_logs(self) -> list[str]:
+        """Delete expired log files now (Delta's ``MetadataCleanup``; see :mod:`replay.txn.log_cleanup`).
+
+        Runs whatever ``delta.enableExpiredLogCleanup`` says (the automatic cleanup after a
+        checkpoint honours it); returns the deleted paths.
+        """
+        try:
+            return cleanup_expired_logs(self.io, self.update().config)
+        finally:
+            self.invalidate()
 
     # -- time ----------------------------------------------------------------------------------------
     def commit_records(self) -> list[CommitRecord]:

@@ -425,6 +425,9 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert "Committed versions 0-3 and a checkpoint at version 3" in out
     assert (directory / "_delta_log" / f"{3:020d}.checkpoint.parquet").is_file()
     assert "4 micro-batches delivered 18 change rows" in out
+    assert "Spark committed versions 4-5 through the LogStore" in out
+    cities = {f.partition_values["city"] for f in DeltaLog.for_table(str(directory)).snapshot(5).files()}
+    assert cities == {"Lisbon", "Lima", "Porto"}
     # Running it again replaces the earlier demo table, but never other content.
     assert main(["demo", str(directory), "--no-spark"]) == 0
     other = tmp_path / "precious"

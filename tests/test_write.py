@@ -21,13 +21,15 @@ from replay.protocol.errors import (
     UnsupportedTableFeatureError,
 )
 from replay.protocol.table_config import check_writable
+from replay.state.scan import read_snapshot
 from replay.txn.data_writer import (
     encode_log_path,
     escape_partition_value,
-    file_statistics,
     partition_directory,
     partition_value_string,
 )
+from replay.txn.schema_merge import SchemaMismatchError
+from replay.txn.statistics import file_statistics
 from replay.txn.write import delete_files, new_table_protocol, write_table
 
 
@@ -208,17 +210,35 @@ def test_first_write_creates_the_table(tmp_path: Path) -> None:
 def test_append_casts_to_the_table_schema_and_checks_columns(tmp_path: Path) -> None:
     path = str(tmp_path)
     write_table(path, pa.table({"id": pa.array([1], pa.int64()), "s": ["a"]}))
-    assert write_table(path, pa.table({"s": ["b"], "id": pa.array([2], pa.int32())})) == 1
+    # columns match case-insensitively and in any order; values are cast to the table's types
+    assert write_table(path, pa.table({"s": ["b"], "ID": pa.array([2], pa.int32())})) == 1
     add = next(a for a in DeltaLog.for_table(path).read_version(1) if isinstance(a, AddFile))
+    assert pq.read_schema(tmp_path / add.path).names == ["id", "s"]
     assert pq.read_schema(tmp_path / add.path).field("id").type == pa.int64()
-    with pytest.raises(ValueError, match=r"missing columns \['s'\], unknown columns \['t'\]"):
+    assert write_table(path, pa.table({"id": [3]})) == 2  # a missing column is written as nulls
+    rows = read_snapshot(DeltaLog.for_table(path).snapshot()).sort_by("id").to_pylist()
+    assert rows == [{"id": 1, "s": "a"}, {"id": 2, "s": "b"}, {"id": 3, "s": None}]
+    with pytest.raises(SchemaMismatchError) as mismatch:
         write_table(path, pa.table({"id": [3], "t": ["c"]}))
+    message = str(mismatch.value)
+    assert message.startswith(
+        "[_LEGACY_ERROR_TEMP_DELTA_0007] A schema mismatch detected when writing to the Delta table "
+        "(Table ID: "
+    )
+    assert (
+        "Table schema:\nroot\n |-- id: long (nullable = true)\n |-- s: string (nullable = true)\n" in message
+    )
+    assert (
+        "Data schema:\nroot\n |-- id: long (nullable = true)\n |-- t: string (nullable = true)\n" in message
+    )
     with pytest.raises(
-        ValueError, match=r"Partition columns \['s'\] do not match table .* partitioned by \[\]"
+        SchemaMismatchError,
+        match=r"Partition columns do not match the partition columns of the table.\nGiven: \[s\]",
     ):
         write_table(path, pa.table({"id": [3], "s": ["c"]}), partition_by=["s"])
     with pytest.raises(ValueError, match="mode must be one of append, overwrite"):
         write_table(path, pa.table({"id": [3], "s": ["c"]}), mode="upsert")
+    assert DeltaLog.for_table(path).latest_version() == 2
 
 
 def test_overwrite_removes_every_current_file(tmp_path: Path) -> None:

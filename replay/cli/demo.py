@@ -3,7 +3,8 @@
 Creates a table with the change data feed on, commits appends and a whole-file delete through
 the LogStore the configuration resolves, writes a checkpoint, prints the snapshot, history and
 change feed, then reads the same table and its change feed from a local SparkSession through the
-``deltalog`` data source, including a streaming read with ``availableNow``.
+``deltalog`` data source, including a streaming read with ``availableNow``, and writes to it from
+Spark: an append, and an overwrite of one partition with ``replaceWhere``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from logstores import explain_log_store
 from replay import CheckpointResult
 from replay.cli import output
+
+if TYPE_CHECKING:  # pyspark is imported when the Spark part runs
+    from pyspark.sql import SparkSession
 
 DEMO_MARKER = "deltalog.demo"
 """Table property that marks a table written by the demo (so a rerun may replace it)."""
@@ -91,6 +96,7 @@ def run_demo(directory: str, conf: Mapping[str, str], *, with_spark: bool = True
 
 
 def _spark_part(uri: str, conf: Mapping[str, str]) -> None:
+
     from pyspark.sql import SparkSession
 
     from replay.spark import register
@@ -129,6 +135,24 @@ def _spark_part(uri: str, conf: Mapping[str, str]) -> None:
             batches = [p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0]
             rows = spark.sql("SELECT count(*) AS n FROM deltalog_demo_changes").collect()[0]["n"]
             print(f"{len(batches)} micro-batches delivered {rows} change rows")
+        _spark_writes(spark, uri, conf)
     finally:
         if own_session:
             spark.stop()
+
+
+def _spark_writes(spark: SparkSession, uri: str, conf: Mapping[str, str]) -> None:
+    from replay import DeltaLog, table_changes
+
+    schema = "id long, city string, amount double"
+    print("\nPySpark: df.write.format('deltalog').mode('append').save(uri)")
+    porto = spark.createDataFrame([(13, "Porto", 16.25), (14, "Porto", 17.5)], schema)
+    porto.write.format("deltalog").mode("append").save(uri)
+    print("PySpark: .mode('overwrite').option('replaceWhere', \"city = 'Lima'\") replaces one partition")
+    lima = spark.createDataFrame([(10, "Lima", 20.0)], schema)
+    lima.write.format("deltalog").mode("overwrite").option("replaceWhere", "city = 'Lima'").save(uri)
+    log = DeltaLog.for_table(uri, conf)
+    version = log.latest_version()
+    print(f"Spark committed versions {version - 1}-{version} through the LogStore; their change feed:")
+    output.emit_changes(table_changes(log, starting_version=version - 1), as_json=False)
+    spark.read.format("deltalog").load(uri).orderBy("id").show(truncate=False)

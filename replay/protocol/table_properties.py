@@ -132,3 +132,50 @@ ENABLE_EXPIRED_LOG_CLEANUP = TableProperty("delta.enableExpiredLogCleanup", True
 DATA_SKIPPING_NUM_INDEXED_COLS = TableProperty("delta.dataSkippingNumIndexedCols", 32, parse_int)
 COLUMN_MAPPING_MODE = TableProperty("delta.columnMapping.mode", "none", parse_column_mapping_mode)
 ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, parse_bool)
+
+KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
+    APPEND_ONLY,
+    ENABLE_CHANGE_DATA_FEED,
+    ENABLE_IN_COMMIT_TIMESTAMPS,
+    IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
+    IN_COMMIT_TIMESTAMP_ENABLEMENT_TIMESTAMP,
+    CHECKPOINT_INTERVAL,
+    LOG_RETENTION,
+    DELETED_FILE_RETENTION,
+    SET_TRANSACTION_RETENTION,
+    ENABLE_EXPIRED_LOG_CLEANUP,
+    DATA_SKIPPING_NUM_INDEXED_COLS,
+    COLUMN_MAPPING_MODE,
+    ENABLE_DELETION_VECTORS,
+)
+"""Every property this library parses."""
+
+
+def check_table_properties(configuration: Mapping[str, str]) -> None:
+    """Parse every known property set in ``configuration`` (a new table's), raising
+    :class:`InvalidTablePropertyError` naming the first one whose value Delta would refuse."""
+    for prop in KNOWN_PROPERTIES:
+        prop.value_in(configuration)
+
+
+PASS_THROUGH_KEYS = (
+    "delta.checkpoint.writeStatsAsJson",
+    "delta.checkpoint.writeStatsAsStruct",
+    "delta.checkpointRetentionDuration",
+    "delta.isolationLevel",
+    "delta.randomizeFilePrefixes",
+    "delta.minReaderVersion",
+    "delta.minWriterVersion",
+    "delta.targetFileSize",
+    "delta.tuneFileSizesForRewrites",
+    "delta.dataSkippingStatsColumns",
+)
+"""Delta table properties this library stores without interpreting them."""
+_CANONICAL_KEYS = {key.lower(): key for key in (*(p.key for p in KNOWN_PROPERTIES), *PASS_THROUGH_KEYS)}
+
+
+def canonical_property_key(key: str) -> str:
+    """Delta's spelling of a table property key given in any case (``delta.appendonly`` ->
+    ``delta.appendOnly``); unknown keys are returned unchanged. Delta matches these keys
+    case-insensitively, and Spark hands data source options over in lower case."""
+    return _CANONICAL_KEYS.get(key.lower(), key)

@@ -1,4 +1,4 @@
-"""The ``deltalog`` PySpark data source: snapshots, change feed and streams without Delta jars.
+"""The ``deltalog`` PySpark data source: snapshots, change feed, streams and writes without Delta jars.
 
 ``spark.read.format("deltalog").load(uri)`` reads a snapshot (``versionAsOf``,
 ``timestampAsOf``); with ``readChangeFeed`` it reads the change feed (``startingVersion``,
@@ -8,10 +8,14 @@ change feed or, without ``readChangeFeed``, the table's appends like Delta's def
 ``maxBytesPerTrigger``, ``failOnDataLoss``, ``excludeRegex``, ``ignoreDeletes``,
 ``ignoreChanges``, ``skipChangeCommits``). Offsets are Delta's ``DeltaSourceOffset`` JSON.
 
+``df.write`` and ``df.writeStream`` write through :mod:`replay.spark.writer`.
+
 The log is read through :func:`logstores.create_log_store` and data files through fsspec +
 pyarrow inside the Python workers, so any storage fsspec reaches works. Storage settings come
-from the Spark conf captured by :func:`register` and from read options that look like storage
-settings (``fs.*``, ``spark.hadoop.*``, ``[spark.]delta.logStore.*``).
+from the Spark conf captured by :func:`register` and from options that look like storage
+settings (``fs.*``, ``spark.hadoop.*``, ``[spark.]delta.logStore.*``,
+``[spark.]io.delta.storage.*``); Spark hands options over in lower case, so Delta's camel-case
+key names are restored (:func:`canonical_key`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from typing import Any
 import orjson
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -64,10 +75,21 @@ from replay.cdc import (
 from replay.data import TableReader
 from replay.delta_log import DeltaLog
 from replay.protocol.errors import DeltaError
+from replay.spark.writer import WRITE_SESSION_KEYS, batch_writer, stream_writer
 from replay.state.snapshot import Snapshot
 
 FORMAT_NAME = "deltalog"
-STORAGE_KEY_PREFIXES = ("fs.", "spark.hadoop.", "spark.delta.logStore.", "delta.logStore.")
+DELTA_FORMAT_NAME = "delta"
+DELTA_JVM_SOURCE = "org.apache.spark.sql.delta.sources.DeltaDataSource"
+STORAGE_KEY_PREFIXES = (
+    "fs.",
+    "spark.hadoop.",
+    "spark.delta.logStore.",
+    "delta.logStore.",
+    "spark.io.delta.storage.",
+    "io.delta.storage.",
+)
+_CAMEL_CASE_WORDS = ("logStore", "S3DynamoDBLogStore", "tableName", "provisionedThroughput")
 OUT_OF_RANGE_KEY = "spark.databricks.delta.changeDataFeed.timestampOutOfRange.enabled"
 SESSION_KEYS = (OUT_OF_RANGE_KEY, SCHEMA_MODE_KEY)
 """Delta SQL confs read from the session (or from the read options) besides storage settings."""
@@ -81,9 +103,18 @@ class InvalidOptionError(DeltaError, ValueError):
     """A read option has an invalid value (Delta's ``DELTA_ILLEGAL_OPTION`` wording)."""
 
 
+def canonical_key(key: str) -> str:
+    """``key`` with Delta's camel-case words restored (``spark.delta.logstore.s3a.impl`` ->
+    ``spark.delta.logStore.s3a.impl``): Spark lower-cases data source option names."""
+    parts = key.split(".")
+    words = {word.lower(): word for word in _CAMEL_CASE_WORDS}
+    return ".".join(words.get(part.lower(), part) for part in parts)
+
+
 def storage_conf(conf: Mapping[str, str]) -> dict[str, str]:
-    """The entries of a Spark conf (or of read options) that configure storage or the LogStore."""
-    return {key: value for key, value in conf.items() if key.startswith(STORAGE_KEY_PREFIXES)}
+    """The entries of a Spark conf (or of options) that configure storage or the LogStore."""
+    canonical = {canonical_key(str(key)): str(value) for key, value in conf.items()}
+    return {key: value for key, value in canonical.items() if key.startswith(STORAGE_KEY_PREFIXES)}
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -114,7 +145,10 @@ class ReadSettings:
         lowered = {key.lower(): value for key, value in raw.items()}
         path = lowered.get("path")
         if not path:
-            raise InvalidOptionError("'path' is not specified: use .load(<table uri>)")
+            raise InvalidOptionError(
+                "'path' is not specified: use .load(<table uri>) or .save(<table uri>) (Spark passes "
+                "neither LOCATION nor OPTIONS of a SQL table to a Python data source)"
+            )
         conf = {**storage_conf(session_conf), **storage_conf(raw)}
         for key in (SCHEMA_MODE_KEY,):
             value = lowered.get(key.lower(), session_conf.get(key))
@@ -441,10 +475,11 @@ class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # -- data source ----------------------------------------------------------------------------------
 class DeltaLogDataSource(DataSource):
-    """``format("deltalog")``: Delta tables read through this library (see module docstring)."""
+    """``format("deltalog")``: Delta tables read and written through this library (see module docstring)."""
 
+    format_name: str = FORMAT_NAME
     session_conf: dict[str, str] = {}
-    """Storage settings captured from the session by :func:`register`."""
+    """Storage and write settings captured from the session by :func:`register`."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -452,7 +487,7 @@ class DeltaLogDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return FORMAT_NAME
+        return cls.format_name
 
     def schema(self) -> StructType:
         settings = self.settings
@@ -468,24 +503,67 @@ class DeltaLogDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
         return DeltaLogStreamReader(self.settings, schema)
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        settings = self.settings
+        return batch_writer(
+            settings.path,
+            settings.conf,
+            schema,
+            overwrite,
+            options=dict(self.options),
+            session_conf=self.session_conf,
+        )
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - PySpark's name
+        settings = self.settings
+        return stream_writer(
+            settings.path,
+            settings.conf,
+            schema,
+            overwrite,
+            options=dict(self.options),
+            session_conf=self.session_conf,
+        )
+
+
+def delta_source_on_classpath(spark: SparkSession) -> bool:
+    """Whether Spark has Delta Lake's own data source (then ``format("delta")`` is left to it)."""
+    try:
+        jvm: Any = spark._jvm
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(DELTA_JVM_SOURCE, False, loader)
+    except Exception:  # noqa: BLE001 - py4j reports a missing class as a generic error
+        return False
+    return True
+
+
+def _configured(name: str, format_name: str, conf: dict[str, str]) -> type[DeltaLogDataSource]:
+    attributes = {
+        "format_name": format_name,
+        "session_conf": conf,
+        "__module__": __name__,
+        "__qualname__": name,
+    }
+    return type(name, (DeltaLogDataSource,), attributes)
+
 
 def register(spark: SparkSession) -> type[DeltaLogDataSource]:
-    """Register the ``deltalog`` format on ``spark`` with its current storage settings.
+    """Register the ``deltalog`` format on ``spark`` with its current storage and write settings,
+    and ``delta`` as well when Delta Lake's own data source is not on the classpath (so existing
+    ``format("delta")`` code runs unchanged).
 
-    Call again after changing storage settings in the session conf. Returns the registered class.
+    Call again after changing storage settings in the session conf. Returns the ``deltalog`` class.
     """
     conf = storage_conf(to_conf_dict(spark))
-    for key in SESSION_KEYS:
+    for key in (*SESSION_KEYS, *WRITE_SESSION_KEYS):
         try:
             value = spark.conf.get(key, None)
         except Exception:  # noqa: BLE001 - Spark Connect or a missing key: keep the default
             value = None
         if value is not None:
             conf[key] = str(value)
-    configured = type(
-        "ConfiguredDeltaLogDataSource",
-        (DeltaLogDataSource,),
-        {"session_conf": conf, "__module__": __name__, "__qualname__": "ConfiguredDeltaLogDataSource"},
-    )
+    configured = _configured("ConfiguredDeltaLogDataSource", FORMAT_NAME, conf)
     spark.dataSource.register(configured)
+    if not delta_source_on_classpath(spark):
+        spark.dataSource.register(_configured("ConfiguredDeltaDataSource", DELTA_FORMAT_NAME, conf))
     return configured

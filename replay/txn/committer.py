@@ -12,8 +12,9 @@ Conflicts (:class:`ConcurrentModificationError`, naming the winning version):
 * the winner changed the protocol or the metadata;
 * the winner wrote a ``txn`` with an application id this transaction also writes;
 * the winner removed a file this transaction removes;
-* this transaction read the whole table (an overwrite, or a metadata/protocol change) and the
-  winner added or removed data files.
+* this transaction read the whole table (an overwrite, or a metadata/protocol change), or the
+  partitions ``reads_partitions`` accepts (a ``replaceWhere`` or dynamic partition overwrite), and
+  the winner added or removed data files there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
@@ -83,10 +84,17 @@ class _Transaction:
     app_ids: set[str] = field(default_factory=set)
     metadata: Metadata | None = None
     protocol: Protocol | None = None
+    reads_partitions: Callable[[Mapping[str, str | None]], bool] | None = None
 
     @classmethod
-    def of(cls, table: str, actions: Sequence[Action], reads_whole_table: bool) -> _Transaction:
-        txn = cls(table, reads_whole_table)
+    def of(
+        cls,
+        table: str,
+        actions: Sequence[Action],
+        reads_whole_table: bool,
+        reads_partitions: Callable[[Mapping[str, str | None]], bool] | None = None,
+    ) -> _Transaction:
+        txn = cls(table, reads_whole_table, reads_partitions=reads_partitions)
         for action in actions:
             if isinstance(action, RemoveFile):
                 txn.removed[action.unique_key] = action.path
@@ -138,17 +146,23 @@ class _Transaction:
                 "ConcurrentDeleteDeleteException: This transaction attempted to delete one or more "
                 f"files that were deleted (for example {action.path}) by a concurrent update."
             )
-        if self.reads_whole_table and isinstance(action, AddFile | RemoveFile) and action.data_change:
+        if isinstance(action, AddFile | RemoveFile) and action.data_change and self._reads(action):
             kind = "added" if isinstance(action, AddFile) else "deleted"
+            scope = "the whole table" if self.reads_whole_table else "the partitions it overwrites"
             return (
                 f"ConcurrentAppendException: Files were {kind} (for example {action.path}) by a "
-                "concurrent update while this transaction read the whole table."
+                f"concurrent update while this transaction read {scope}."
             )
         return None
 
+    def _reads(self, action: AddFile | RemoveFile) -> bool:
+        if self.reads_whole_table:
+            return True
+        return self.reads_partitions is not None and self.reads_partitions(action.partition_values or {})
 
-def _is_blind_append(actions: Sequence[Action], reads_whole_table: bool) -> bool:
-    if reads_whole_table:
+
+def _is_blind_append(actions: Sequence[Action], reads_whole_table: bool, reads_partitions: bool) -> bool:
+    if reads_whole_table or reads_partitions:
         return False
     return not any(
         isinstance(a, RemoveFile) or (isinstance(a, AddFile) and not a.data_change) for a in actions
@@ -209,6 +223,7 @@ def _commit_info(
     blind_append: bool,
     metrics: Mapping[str, Any] | None,
     txn_id: str,
+    user_metadata: str | None = None,
 ) -> CommitInfo:
     values: dict[str, Any] = {}
     if in_commit_timestamp is not None:
@@ -222,6 +237,8 @@ def _commit_info(
     values["isBlindAppend"] = blind_append
     if metrics:
         values["operationMetrics"] = {str(key): str(value) for key, value in metrics.items()}
+    if user_metadata is not None:
+        values["userMetadata"] = user_metadata
     values["engineInfo"] = engine_info()
     values["txnId"] = txn_id
     return CommitInfo(values)
@@ -246,6 +263,8 @@ def commit(
     reads_whole_table: bool = False,
     operation_metrics: Mapping[str, Any] | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    reads_partitions: Callable[[Mapping[str, str | None]], bool] | None = None,
+    user_metadata: str | None = None,
 ) -> int:
     """Commit ``actions`` as the next version of the table and return that version.
 
@@ -255,6 +274,9 @@ def commit(
     A ``commitInfo`` (timestamp, operation, JSON-encoded parameters, engine info, blind-append
     flag, and ``inCommitTimestamp`` when the table enables them) is written as the first line;
     ``commitInfo`` actions among ``actions`` are dropped.
+
+    ``reads_partitions`` marks a transaction that read only some partitions (it gets a file's
+    partition values); ``user_metadata`` becomes ``commitInfo.userMetadata``.
 
     Before anything is written, Delta's writer checks are applied to the table configuration the
     commit leaves in force (:meth:`TableConfiguration.check_commit`, the one home of these
@@ -278,7 +300,7 @@ def commit(
     elif read_version is None:
         read_version = read_snapshot.version
     table = io.table_path
-    txn = _Transaction.of(table, actions, reads_whole_table)
+    txn = _Transaction.of(table, actions, reads_whole_table, reads_partitions)
     base = read_snapshot if read_version >= 0 else None
     if base is None and (txn.metadata is None or txn.protocol is None):
         named = (("protocol", txn.protocol), ("metadata", txn.metadata))
@@ -291,7 +313,7 @@ def commit(
     if base is None:
         io.store.create_directories(io.log_path)
     parameters = encode_operation_parameters(operation_parameters)
-    blind_append = _is_blind_append(actions, reads_whole_table)
+    blind_append = _is_blind_append(actions, reads_whole_table, reads_partitions is not None)
     body = [action.json() for action in actions]
     timestamps = _InCommitTimestamps(io, txn, read_snapshot)
     txn_id = str(uuid.uuid4())
@@ -307,6 +329,7 @@ def commit(
             blind_append=blind_append,
             metrics=operation_metrics,
             txn_id=txn_id,
+            user_metadata=user_metadata,
         )
         try:
             path = delta_file(io.log_path, version)

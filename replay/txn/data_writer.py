@@ -1,43 +1,58 @@
-"""Writing data files the way Delta on Spark lays them out, with Delta's statistics.
+"""Writing data files the way Delta on Spark lays them out.
 
 Hive-style partition directories (``col=value``, special characters escaped, nulls as
 ``__HIVE_DEFAULT_PARTITION__``), partition columns left out of the data files, file names
-``part-00000-<uuid>-c000.snappy.parquet``, log paths URL-encoded, and per-file statistics
-(``numRecords``, ``minValues``, ``maxValues``, ``nullCount``) over the first
-``delta.dataSkippingNumIndexedCols`` leaf columns. Files go through
-:func:`logstores.open_filesystem`, with the same storage options as the log. Nothing here
-commits: files of a failed commit are orphans, harmless to readers.
+``part-<task:05d>-<uuid>-c<nnn>.snappy.parquet`` (``nnn`` counts the files a task rolled over to
+within one partition), log paths URL-encoded, and Delta's statistics for each file
+(:mod:`replay.txn.statistics`).
+
+A :class:`DataFileWriter` takes Arrow batches (what a Spark task receives, or slices of a Python
+table), conforms them to the table's columns (:class:`FileWriteSpec`), checks the write's
+constraints (NOT NULL columns, a ``replaceWhere`` predicate), splits them by partition and
+streams them into Parquet files, with row groups of about :data:`ROW_GROUP_ROWS` rows and at most
+``max_records_per_file`` rows per file. Nothing per row happens in Python. Files go through
+:func:`logstores.open_filesystem` with the same storage settings as the log (local files are
+written by pyarrow directly). Nothing here commits: :func:`delete_data_files` removes the files
+of a write that will not be committed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-import decimal
-import io
 import logging
-import math
+import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
 from replay.protocol.actions import AddFile
+from replay.protocol.errors import DeltaError
+from replay.protocol.paths import resolve_path
+from replay.txn.predicate import parse_predicate
+from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, StatisticsCollector
 
 logger = logging.getLogger(__name__)
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-STRING_PREFIX_LENGTH = 32
-"""Delta truncates string min/max statistics to this many characters."""
-MAX_STRING_TIE_BREAKER = "\U0010ffff"
-"""Appended to a truncated max string so it stays an upper bound."""
-DEFAULT_NUM_INDEXED_COLS = 32
+ROW_GROUP_ROWS = 1024 * 1024
+"""Rows per Parquet row group (batches are buffered up to this many rows or :data:`ROW_GROUP_BYTES`)."""
+ROW_GROUP_BYTES = 128 * 1024 * 1024
+MAX_OPEN_FILES = 64
+"""Files one writer keeps open at once (one per partition); the least recently used closes first."""
+
+
+class InvariantViolationError(DeltaError, ValueError):
+    """Data violates a constraint of the write: a NOT NULL column or the ``replaceWhere`` predicate."""
 
 
 # -- partition values and paths ---------------------------------------------------------------
@@ -95,122 +110,89 @@ def partition_directory(partition_columns: list[str], values: Mapping[str, str |
     return "/".join(parts)
 
 
-# -- statistics -------------------------------------------------------------------------------
-def _stat_value(value: Any, arrow_type: pa.DataType) -> Any:
-    """A min/max value in Delta's JSON stats form, or ``None`` when it must be left out."""
-    if value is None:
-        return None
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, decimal.Decimal):
-        return float(value) if arrow_type.precision <= 15 else None
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(_dt.UTC)
-            return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
-    if isinstance(value, _dt.date):
-        return value.isoformat()
-    return value
+# -- conforming data to the table ---------------------------------------------------------------
+@dataclass(frozen=True)
+class FileWriteSpec:
+    """What writing data files for one commit needs; picklable, so Spark tasks get it.
 
-
-def _min_max(array: pa.ChunkedArray) -> tuple[Any, Any]:
-    arrow_type = array.type
-    if pa.types.is_floating(arrow_type) and pc.any(pc.is_nan(array)).as_py():
-        return None, None
-    result = pc.min_max(array)
-    low, high = result["min"].as_py(), result["max"].as_py()
-    if isinstance(low, str) and len(low) > STRING_PREFIX_LENGTH:
-        low = low[:STRING_PREFIX_LENGTH]
-    if isinstance(high, str) and len(high) > STRING_PREFIX_LENGTH:
-        high = high[:STRING_PREFIX_LENGTH] + MAX_STRING_TIE_BREAKER
-    return _stat_value(low, arrow_type), _stat_value(high, arrow_type)
-
-
-def _has_min_max(arrow_type: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(arrow_type)
-        or pa.types.is_floating(arrow_type)
-        or pa.types.is_boolean(arrow_type)
-        or pa.types.is_string(arrow_type)
-        or pa.types.is_large_string(arrow_type)
-        or pa.types.is_date(arrow_type)
-        or pa.types.is_timestamp(arrow_type)
-        or pa.types.is_decimal(arrow_type)
-    )
-
-
-@dataclass
-class _StatsBudget:
-    """How many more leaf columns get statistics (``delta.dataSkippingNumIndexedCols``)."""
-
-    remaining: int
-
-    def take(self) -> bool:
-        if self.remaining == 0:
-            return False
-        self.remaining -= 1
-        return True
-
-
-def _collect(
-    array: pa.ChunkedArray,
-    name: str,
-    budget: _StatsBudget,
-    *,
-    out_min: dict[str, Any],
-    out_max: dict[str, Any],
-    out_nulls: dict[str, Any],
-) -> None:
-    arrow_type = array.type
-    if pa.types.is_struct(arrow_type):
-        child_min: dict[str, Any] = {}
-        child_max: dict[str, Any] = {}
-        child_nulls: dict[str, Any] = {}
-        flattened = [chunk.flatten() for chunk in array.chunks]
-        for index in range(arrow_type.num_fields):
-            child = pa.chunked_array([parts[index] for parts in flattened], type=arrow_type.field(index).type)
-            _collect(
-                child,
-                arrow_type.field(index).name,
-                budget,
-                out_min=child_min,
-                out_max=child_max,
-                out_nulls=child_nulls,
-            )
-        if child_nulls:
-            out_nulls[name] = child_nulls
-            out_min[name] = child_min
-            out_max[name] = child_max
-        return
-    if not budget.take():
-        return
-    out_nulls[name] = array.null_count
-    if _has_min_max(arrow_type) and array.null_count < len(array):
-        low, high = _min_max(array)
-        if low is not None and high is not None:
-            out_min[name] = low
-            out_max[name] = high
-
-
-def file_statistics(table: pa.Table, num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS) -> str:
-    """Delta's per-file statistics JSON: ``numRecords``, ``minValues``, ``maxValues``, ``nullCount``.
-
-    Only the first ``num_indexed_cols`` leaf columns get statistics (-1: all). Min/max are left
-    out for types without an order Delta uses (binary, arrays, maps), for float columns holding
-    NaN and for wide decimals; strings are truncated to 32 characters (max keeps a tie breaker).
+    ``schema`` is the table's schema as Arrow (logical names, partition columns included) after
+    the write; incoming columns are matched to it case-insensitively, missing ones written as
+    nulls. ``replace_where`` is checked on every row; ``not_null`` are the table's NOT NULL
+    top-level columns.
     """
-    budget = _StatsBudget(-1 if num_indexed_cols < 0 else num_indexed_cols)
-    mins: dict[str, Any] = {}
-    maxes: dict[str, Any] = {}
-    nulls: dict[str, Any] = {}
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        _collect(column, name, budget, out_min=mins, out_max=maxes, out_nulls=nulls)
-    stats = {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxes, "nullCount": nulls}
-    return orjson.dumps(stats).decode()
+
+    table_path: str
+    schema: pa.Schema
+    partition_columns: tuple[str, ...] = ()
+    conf: Mapping[str, str] = field(default_factory=dict)
+    num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
+    max_records_per_file: int | None = None
+    replace_where: str | None = None
+    not_null: tuple[str, ...] = ()
+
+    @property
+    def data_schema(self) -> pa.Schema:
+        """The schema of the data files: the table's columns but the partition columns."""
+        partitions = set(self.partition_columns)
+        return pa.schema([f for f in self.schema if f.name not in partitions])
 
 
-# -- data files -------------------------------------------------------------------------------
+def conform(data: pa.Table | pa.RecordBatch, spec: FileWriteSpec) -> pa.Table:
+    """``data`` with the table's column names, order and types; missing columns as nulls.
+
+    Raises :class:`InvariantViolationError` for a missing or null NOT NULL column and
+    :class:`ValueError` naming the column for an unknown column or a value that does not cast.
+    """
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    by_lower = {name.lower(): index for index, name in enumerate(table.column_names)}
+    known = {name.lower() for name in spec.schema.names}
+    unknown = [name for name in table.column_names if name.lower() not in known]
+    if unknown:
+        raise ValueError(f"Columns {unknown} are not in the schema of table {spec.table_path}")
+    columns: list[pa.ChunkedArray | pa.Array] = []
+    for target in spec.schema:
+        index = by_lower.get(target.name.lower())
+        if index is None:
+            if target.name in spec.not_null:
+                raise InvariantViolationError(
+                    f"[DELTA_MISSING_NOT_NULL_COLUMN_VALUE] Column {target.name}, which has a NOT NULL "
+                    "constraint, is missing from the data being written into the table."
+                )
+            columns.append(pa.nulls(table.num_rows, target.type))
+            continue
+        column = table.column(index)
+        if column.type != target.type:
+            try:
+                column = column.cast(target.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise ValueError(
+                    f"Column {target.name} cannot be written to table {spec.table_path} "
+                    f"as {target.type}: {exc}"
+                ) from None
+        columns.append(column)
+    conformed = pa.Table.from_arrays(columns, schema=spec.schema)
+    for name in spec.not_null:
+        if conformed.column(name).null_count:
+            raise InvariantViolationError(
+                f"[DELTA_NOT_NULL_CONSTRAINT_VIOLATED] NOT NULL constraint violated for column: {name}."
+            )
+    return conformed
+
+
+def _check_replace_where(table: pa.Table, replace_where: str) -> None:
+    predicate = parse_predicate(replace_where).resolve(table.column_names)
+    violating = predicate.violating(table.select(predicate.columns))
+    if violating.num_rows:
+        row = violating.slice(0, 1).to_pylist()[0]
+        values = "\n".join(f" - {name} : {value}" for name, value in row.items())
+        raise InvariantViolationError(
+            "[DELTA_REPLACE_WHERE_MISMATCH] Written data does not conform to partial table overwrite "
+            f"condition or constraint '{replace_where}'.\n[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK "
+            f"constraint EXPRESSION({replace_where}) violated by row with values:\n{values}"
+        )
+
+
+# -- files --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WrittenFile:
     """A data file this writer produced, ready to be committed."""
@@ -219,68 +201,219 @@ class WrittenFile:
     num_rows: int
 
 
-def _split_by_partition(
-    table: pa.Table, partition_columns: list[str]
-) -> Iterable[tuple[dict[str, str | None], pa.Table]]:
-    if not partition_columns:
-        yield {}, table
-        return
-    indexed = table.select(partition_columns).append_column(
-        "__row", pa.array(range(table.num_rows), pa.int64())
-    )
-    groups = indexed.group_by(partition_columns, use_threads=False).aggregate([("__row", "list")])
-    data = table.drop_columns(partition_columns)
-    types = {name: table.schema.field(name).type for name in partition_columns}
-    for group in groups.to_pylist():
-        values = {name: partition_value_string(group[name], types[name]) for name in partition_columns}
-        yield values, data.take(pa.array(group["__row_list"], pa.int64()))
+class _OpenFile:
+    """One Parquet file being written: buffered batches, the Parquet writer, running statistics."""
+
+    def __init__(self, fs: AbstractFileSystem, root: str, relative: str, spec: FileWriteSpec) -> None:
+        self.relative = relative
+        self.target = f"{root}/{relative}"
+        self._fs = fs
+        self._schema = spec.data_schema
+        self._stats = StatisticsCollector(self._schema, spec.num_indexed_cols)
+        self._buffer: list[pa.Table] = []
+        self._buffered_rows = 0
+        self._buffered_bytes = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._handle: Any = None
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        self._buffer.append(table)
+        self._buffered_rows += table.num_rows
+        self._buffered_bytes += table.nbytes
+        self.rows += table.num_rows
+        if self._buffered_rows >= ROW_GROUP_ROWS or self._buffered_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _open(self) -> pq.ParquetWriter:
+        parent = self.target.rsplit("/", 1)[0]
+        if isinstance(self._fs, LocalFileSystem):
+            os.makedirs(parent, exist_ok=True)
+            where: Any = self.target
+        else:
+            self._fs.makedirs(parent, exist_ok=True)
+            self._handle = where = self._fs.open(self.target, "wb")
+        return pq.ParquetWriter(where, self._schema, compression="snappy", write_statistics=True)
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        chunk = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
+        self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
+        if self._writer is None:
+            self._writer = self._open()
+        self._writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
+        self._stats.add(chunk)
+
+    def close(self, partition_values: dict[str, str | None], now: int) -> WrittenFile:
+        self._flush()
+        if self._writer is None:  # an empty file still has a schema
+            self._writer = self._open()
+        self._writer.close()
+        if self._handle is not None:
+            size = self._handle.tell()
+            self._handle.close()
+        else:
+            size = os.path.getsize(self.target)
+        add = AddFile(
+            path=encode_log_path(self.relative),
+            partition_values=partition_values,
+            size=size,
+            modification_time=now,
+            data_change=True,
+            stats=self._stats.to_json(),
+        )
+        return WrittenFile(add, self.rows)
+
+    def discard(self) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if self._handle is not None:
+                self._handle.close()
+        except Exception:  # the file is deleted anyway
+            logger.debug("closing %s before deleting it failed", self.target, exc_info=True)
 
 
-def _parquet_bytes(table: pa.Table) -> bytes:
-    buffer = io.BytesIO()
-    pq.write_table(
-        table, buffer, compression="snappy", coerce_timestamps="us", allow_truncated_timestamps=False
-    )
-    return buffer.getvalue()
+def _constant(column: pa.ChunkedArray, value: Any) -> bool:
+    """Whether every value of ``column`` is ``value`` (nulls only when ``value`` is ``None``)."""
+    if value is None:
+        return column.null_count == len(column)
+    if column.null_count:
+        return False
+    return bool(pc.all(pc.equal(column, pa.scalar(value, column.type))).as_py())
 
 
-def write_data_files(
-    table_uri: str,
-    data: pa.Table,
-    partition_columns: list[str],
-    *,
-    conf: Mapping[str, str] | None = None,
-    num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS,
-    max_rows_per_file: int | None = None,
-) -> list[WrittenFile]:
-    """Write ``data`` as Parquet files under ``table_uri``; one file per partition (and row chunk).
+def _task_id() -> int:
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return 0
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
 
-    Returns the ``AddFile`` actions (``dataChange=true``, stats included). Nothing is committed:
-    files written by a failed commit are orphans, harmless to readers.
+
+class DataFileWriter:
+    """Writes a stream of Arrow batches as the data files of one commit (see the module docstring).
+
+    Use :meth:`write` for each batch, then :meth:`close` for the files written; :meth:`discard`
+    deletes everything written so far (call it when the write fails).
     """
-    fs, root = open_filesystem(table_uri, conf)
-    root = root.rstrip("/")
-    now = int(time.time() * 1000)
-    written: list[WrittenFile] = []
-    for values, part in _split_by_partition(data, partition_columns):
-        directory = partition_directory(partition_columns, values)
-        chunk_rows = max_rows_per_file or max(part.num_rows, 1)
-        for offset in range(0, max(part.num_rows, 1), chunk_rows):
-            chunk = part.slice(offset, chunk_rows)
-            name = f"part-{len(written):05d}-{uuid.uuid4()}-c000.snappy.parquet"
-            relative = f"{directory}/{name}" if directory else name
-            payload = _parquet_bytes(chunk)
-            target = f"{root}/{relative}"
-            fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-            fs.pipe_file(target, payload)
-            add = AddFile(
-                path=encode_log_path(relative),
-                partition_values=dict(values),
-                size=len(payload),
-                modification_time=now,
-                data_change=True,
-                stats=file_statistics(chunk, num_indexed_cols),
-            )
-            written.append(WrittenFile(add, chunk.num_rows))
-    logger.debug("wrote %d data files under %s", len(written), table_uri)
-    return written
+
+    def __init__(self, spec: FileWriteSpec, task_id: int | None = None) -> None:
+        self.spec = spec
+        self.task_id = _task_id() if task_id is None else task_id
+        self._fs, root = open_filesystem(spec.table_path, spec.conf)
+        self._root = root.rstrip("/")
+        self._open: dict[tuple[str | None, ...], _OpenFile] = {}
+        self._rolls: dict[tuple[str | None, ...], int] = {}
+        self._written: list[WrittenFile] = []
+        self._started: list[str] = []
+        self._types = {name: spec.schema.field(name).type for name in spec.partition_columns}
+
+    def write(self, data: pa.Table | pa.RecordBatch) -> None:
+        """Conform, check and write ``data`` (rows in any column order, names in any case)."""
+        if data.num_rows == 0:
+            return
+        table = conform(data, self.spec)
+        if self.spec.replace_where is not None:
+            _check_replace_where(table, self.spec.replace_where)
+        for key, part in self._split(table):
+            self._append(key, part)
+
+    def _split(self, table: pa.Table) -> Iterator[tuple[tuple[str | None, ...], pa.Table]]:
+        columns = list(self.spec.partition_columns)
+        if not columns:
+            yield (), table
+            return
+        data = table.drop_columns(columns)
+        keys = table.select(columns)
+        first = keys.slice(0, 1).to_pylist()[0]
+        if all(_constant(keys.column(c), first[c]) for c in columns):
+            yield self._key(first), data  # the usual case: a batch holds one partition
+            return
+        indexed = keys.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
+        groups = indexed.group_by(columns, use_threads=False).aggregate([("__row", "list")])
+        for group in groups.to_pylist():
+            yield self._key(group), data.take(pa.array(group["__row_list"], pa.int64()))
+
+    def _key(self, values: Mapping[str, Any]) -> tuple[str | None, ...]:
+        return tuple(partition_value_string(values[c], self._types[c]) for c in self.spec.partition_columns)
+
+    def _append(self, key: tuple[str | None, ...], table: pa.Table) -> None:
+        limit = self.spec.max_records_per_file
+        while table.num_rows:
+            current = self._open.pop(key, None) or self._new_file(key)
+            self._open[key] = current  # most recently used last
+            room = table.num_rows if limit is None else limit - current.rows
+            current.add(table.slice(0, room))
+            table = table.slice(room)
+            if limit is not None and current.rows >= limit:
+                self._finish(key)
+        while len(self._open) > MAX_OPEN_FILES:
+            self._finish(next(iter(self._open)))
+
+    def _new_file(self, key: tuple[str | None, ...]) -> _OpenFile:
+        count = self._rolls.get(key, 0)
+        self._rolls[key] = count + 1
+        name = f"part-{self.task_id:05d}-{uuid.uuid4()}-c{count:03d}.snappy.parquet"
+        values = dict(zip(self.spec.partition_columns, key, strict=True))
+        directory = partition_directory(list(self.spec.partition_columns), values)
+        opened = _OpenFile(self._fs, self._root, f"{directory}/{name}" if directory else name, self.spec)
+        self._started.append(opened.target)
+        return opened
+
+    def _finish(self, key: tuple[str | None, ...]) -> None:
+        opened = self._open.pop(key)
+        values = dict(zip(self.spec.partition_columns, key, strict=True))
+        self._written.append(opened.close(values, int(time.time() * 1000)))
+
+    def close(self) -> list[WrittenFile]:
+        """Finish every open file; the files written, in the order they were finished."""
+        for key in list(self._open):
+            self._finish(key)
+        logger.debug("wrote %d data files under %s", len(self._written), self.spec.table_path)
+        return self._written
+
+    def discard(self) -> None:
+        """Close and delete every file this writer started."""
+        for opened in self._open.values():
+            opened.discard()
+        self._open.clear()
+        _remove_files(self._fs, self._started)
+        self._started, self._written = [], []
+
+
+def write_batches(spec: FileWriteSpec, batches: Iterable[pa.RecordBatch | pa.Table]) -> list[WrittenFile]:
+    """Write ``batches`` as data files; on any error delete them and re-raise."""
+    writer = DataFileWriter(spec)
+    try:
+        for batch in batches:
+            writer.write(batch)
+        return writer.close()
+    except BaseException:
+        writer.discard()
+        raise
+
+
+def _remove_files(fs: AbstractFileSystem, paths: Sequence[str]) -> None:
+    if not paths:
+        return
+    try:
+        fs.rm(list(paths))
+    except FileNotFoundError:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(path)
+    except OSError as exc:  # the caller is already failing: report, do not mask its error
+        logger.warning("could not delete %d data files (%s)", len(paths), exc)
+
+
+def delete_data_files(table_path: str, paths: Iterable[str], conf: Mapping[str, str] | None = None) -> None:
+    """Delete data files named as in the log (``AddFile.path``) under ``table_path``; missing ones
+    are ignored. For the files of a write that will not be committed."""
+    uris = [resolve_path(table_path, path) for path in paths]
+    if not uris:
+        return
+    fs, _ = open_filesystem(table_path, conf)
+    _remove_files(fs, [open_filesystem(uri, conf)[1] for uri in uris])

@@ -1,92 +1,59 @@
 """Writing Arrow data to a Delta table from Python: ``write_table`` and ``delete_files``.
 
-Appends, full overwrites and removal of whole files. Data files are written by
-:mod:`replay.txn.data_writer`, the commit is made by :func:`replay.txn.committer.commit`, so
-writes are safe with concurrent writers on every store that gives mutual exclusion.
+Appends and overwrites (whole table, ``replace_where`` partitions or dynamic partition overwrite),
+schema evolution, idempotent writes and removal of whole files, with the same rules as the Spark
+writer (:mod:`replay.txn.write_plan`). Data files are written by :mod:`replay.txn.data_writer`,
+the commit is made by :func:`replay.txn.committer.commit` and followed by the post-commit hooks
+(automatic checkpoints, log cleanup), so writes are safe with concurrent writers on every store
+that gives mutual exclusion.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
 from logstores.conf import ConfLike
 from replay.log.table_io import TableIO
-from replay.protocol.actions import Action, AddFile, Metadata, Protocol, RemoveFile
+from replay.protocol.actions import AddFile
 from replay.protocol.errors import TableNotFoundError
 from replay.protocol.paths import normalize_path_key, resolve_path
 from replay.protocol.schema import StructType
-from replay.protocol.table_config import TableConfiguration
-from replay.protocol.table_properties import ENABLE_CHANGE_DATA_FEED, ENABLE_IN_COMMIT_TIMESTAMPS
-from replay.state.loader import load_snapshot
-from replay.state.snapshot import Snapshot
 from replay.txn.committer import commit
-from replay.txn.data_writer import write_data_files
+from replay.txn.data_writer import delete_data_files, write_batches
+from replay.txn.post_commit import run_post_commit_hooks
+from replay.txn.write_plan import (
+    WRITE_MODES,
+    WriteOptions,
+    commit_write,
+    latest_snapshot,
+    new_table_protocol,
+    plan_write,
+    remove_action,
+)
 
-WRITE_MODES = ("append", "overwrite")
-
+__all__ = ["WRITE_MODES", "delete_files", "delta_schema_string", "new_table_protocol", "write_table"]
 
 # -- schema: Arrow -> Delta -------------------------------------------------------------------
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
 
 
+def delta_schema(schema: pa.Schema) -> StructType:
+    """The Delta schema of Arrow data; :class:`ValueError` for types Delta does not have."""
+    plain = pa.schema([field.with_type(_VIEW_TYPES.get(field.type, field.type)) for field in schema])
+    return StructType.from_arrow(plain)
+
+
 def delta_schema_string(schema: pa.Schema) -> str:
     """The ``schemaString`` of a new table with ``schema``; :class:`ValueError` for unsupported types."""
-    plain = pa.schema([field.with_type(_VIEW_TYPES.get(field.type, field.type)) for field in schema])
-    return StructType.from_arrow(plain).to_json()
-
-
-def _uses_timestamp_ntz(schema_string: str) -> bool:
-    return '"timestamp_ntz"' in schema_string
-
-
-# -- table creation ---------------------------------------------------------------------------
-def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> Protocol:
-    """The smallest protocol that supports the table properties and types of a new table.
-
-    Legacy versions where they suffice (writer 2, or 4 for the change data feed); table features
-    (reader 3 / writer 7) once ``timestamp_ntz`` or in-commit timestamps are needed.
-    """
-    ntz = _uses_timestamp_ntz(schema_string)
-    ict = ENABLE_IN_COMMIT_TIMESTAMPS.value_in(configuration)
-    cdf = ENABLE_CHANGE_DATA_FEED.value_in(configuration)
-    if not ntz and not ict:
-        return Protocol(min_reader_version=1, min_writer_version=4 if cdf else 2)
-    writer = ["appendOnly", "invariants"]
-    reader: list[str] = []
-    if cdf:
-        writer.append("changeDataFeed")
-    if ict:
-        writer.append("inCommitTimestamp")
-    if ntz:
-        writer.append("timestampNtz")
-        reader.append("timestampNtz")
-    if reader:
-        return Protocol(
-            min_reader_version=3, min_writer_version=7, reader_features=reader, writer_features=writer
-        )
-    return Protocol(min_reader_version=1, min_writer_version=7, writer_features=writer)
+    return delta_schema(schema).to_json()
 
 
 # -- public API -------------------------------------------------------------------------------
-def _conform(data: pa.Table, table_schema: pa.Schema, table: str) -> pa.Table:
-    """``data`` with the table's column order and types; raises :class:`ValueError` on mismatch."""
-    expected = set(table_schema.names)
-    given = set(data.column_names)
-    if expected != given:
-        missing = sorted(expected - given)
-        extra = sorted(given - expected)
-        raise ValueError(
-            f"Schema of the data does not match table {table}: missing columns {missing}, "
-            f"unknown columns {extra}"
-        )
-    try:
-        return data.select(table_schema.names).cast(table_schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ValueError(f"Data cannot be written to table {table}: {exc}") from None
+ROWS_PER_SLICE = 1024 * 1024
+"""Rows handed to the data writer at a time (it buffers them into row groups)."""
 
 
 def write_table(  # noqa: PLR0917 (signature shared with the public API)
@@ -98,103 +65,68 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     configuration: Mapping[str, str] | None = None,
     *,
     max_rows_per_file: int | None = None,
-) -> int:
-    """Write ``arrow_table`` to the Delta table at ``table_uri`` and return the committed version.
+    merge_schema: bool = False,
+    overwrite_schema: bool = False,
+    replace_where: str | None = None,
+    partition_overwrite_mode: str = "static",
+    txn_app_id: str | None = None,
+    txn_version: int | None = None,
+    user_metadata: str | None = None,
+) -> int | None:
+    """Write ``arrow_table`` to the Delta table at ``table_uri``; returns the committed version.
 
-    ``mode="append"`` adds files; ``mode="overwrite"`` also removes every current file in the
-    same commit. The first write creates the table (protocol + metadata) with ``partition_by``
-    and the table properties ``configuration`` (e.g. ``delta.enableChangeDataFeed``); later
-    writes must match the table's columns and partitioning (``ValueError`` otherwise) and ignore
-    ``configuration``. Raises :class:`UnsupportedTableFeatureError` for tables needing writer
-    features this writer lacks, :class:`AppendOnlyTableError` for an overwrite of an append-only
-    table (both before any data file is written) and
-    :class:`replay.protocol.errors.ConcurrentModificationError` when a concurrent commit
-    conflicts (an overwrite conflicts with any concurrent append).
+    ``mode="append"`` adds files; ``mode="overwrite"`` also removes, in the same commit, every
+    current file, or only the files of the partitions ``replace_where`` selects (a SQL predicate
+    on partition columns that every written row must satisfy), or with
+    ``partition_overwrite_mode="dynamic"`` the files of the partitions the data touches.
+
+    The first write creates the table (protocol + metadata) with ``partition_by`` and the table
+    properties ``configuration`` (e.g. ``delta.enableChangeDataFeed``). Later writes must fit the
+    table's schema: missing columns are written as nulls, values are cast to the table's types,
+    new columns need ``merge_schema=True``, a different schema or partitioning needs
+    ``mode="overwrite", overwrite_schema=True``. ``txn_app_id`` + ``txn_version`` make the write
+    idempotent: when the table already holds that version for that application the write is
+    skipped and ``None`` is returned. ``user_metadata`` is recorded in ``commitInfo``.
+
+    Raises :class:`~replay.txn.schema_merge.SchemaMismatchError` (Delta's schema errors),
+    :class:`~replay.txn.data_writer.InvariantViolationError` (``replace_where`` or NOT NULL
+    violated), :class:`UnsupportedTableFeatureError` for tables needing writer features this
+    writer lacks, :class:`AppendOnlyTableError` for an overwrite of an append-only table,
+    :class:`ValueError` for invalid options, and
+    :class:`replay.protocol.errors.ConcurrentModificationError` when a concurrent commit conflicts
+    (an overwrite conflicts with a concurrent append to what it replaces). Nothing is committed
+    and no data file is left behind when it fails.
     """
-    if mode not in WRITE_MODES:
-        raise ValueError(f"mode must be one of {', '.join(WRITE_MODES)}, not {mode!r}")
+    options = WriteOptions(
+        mode=mode,
+        partition_by=tuple(partition_by) if partition_by is not None else None,
+        merge_schema=merge_schema,
+        overwrite_schema=overwrite_schema,
+        replace_where=replace_where,
+        partition_overwrite_mode=partition_overwrite_mode,
+        txn_app_id=txn_app_id,
+        txn_version=txn_version,
+        user_metadata=user_metadata,
+        max_records_per_file=max_rows_per_file,
+        configuration=dict(configuration or {}),
+        allow_implicit_casts=True,
+    )
     io = TableIO.for_table(table_uri, conf)
-    snapshot = _latest_snapshot(io)
-    actions: list[Action] = []
-    if snapshot is None:
-        partition_columns = list(partition_by or [])
-        _check_partition_columns(partition_columns, arrow_table.schema, table_uri)
-        schema_string = delta_schema_string(arrow_table.schema)
-        table_configuration = {str(k): str(v) for k, v in (configuration or {}).items()}
-        protocol = new_table_protocol(table_configuration, schema_string)
-        metadata = Metadata(
-            id=str(uuid.uuid4()),
-            schema_string=schema_string,
-            partition_columns=partition_columns,
-            configuration=table_configuration,
-            created_time=int(time.time() * 1000),
-        )
-        actions += [protocol, metadata]
-    else:
-        protocol, metadata = snapshot.protocol, snapshot.metadata
-        partition_columns = list(metadata.partition_columns)
-        if partition_by is not None and list(partition_by) != partition_columns:
-            raise ValueError(
-                f"Partition columns {list(partition_by)} do not match table {table_uri}, "
-                f"which is partitioned by {partition_columns}"
-            )
-    data = _conform(arrow_table, metadata.arrow_schema, table_uri)
-    config = TableConfiguration(protocol, metadata, io.table_path)
-    # Refused before any data file is written: the data writer's own limits, then the checks the
-    # commit will make (the same rule, TableConfiguration.check_commit).
-    config.check_writable()
-    config.check_commit(
-        removes_data=mode == "overwrite" and snapshot is not None,
-        previous=snapshot.config if snapshot is not None else None,
-    )
-    files = write_data_files(
-        io.table_path,
-        data,
-        partition_columns,
-        conf=io.conf,
-        num_indexed_cols=config.num_indexed_cols,
-        max_rows_per_file=max_rows_per_file,
-    )
-    removes: list[RemoveFile] = []
-    if mode == "overwrite" and snapshot is not None:
-        now = int(time.time() * 1000)
-        removes = [remove_action(add, now) for add in snapshot.files()]
-    actions += [written.add for written in files]
-    actions += removes
-    metrics = {
-        "numFiles": len(files),
-        "numOutputRows": sum(written.num_rows for written in files),
-        "numOutputBytes": sum(written.add.size for written in files),
-    }
-    if removes:
-        metrics["numRemovedFiles"] = len(removes)
-    parameters = {"mode": "Overwrite" if mode == "overwrite" else "Append", "partitionBy": partition_columns}
-    return commit(
-        io,
-        actions,
-        "WRITE",
-        parameters,
-        read_snapshot=snapshot,
-        reads_whole_table=mode == "overwrite",
-        operation_metrics=metrics,
-    )
+    snapshot = latest_snapshot(io)
+    plan = plan_write(io, snapshot, delta_schema(arrow_table.schema), options)
+    if plan.already_committed:
+        return commit_write(io, plan, [], snapshot=snapshot)
+    written = write_batches(plan.spec, _slices(arrow_table))
+    try:
+        return commit_write(io, plan, written, snapshot=snapshot)
+    except BaseException:
+        delete_data_files(io.table_path, [w.add.path for w in written], io.conf)
+        raise
 
 
-def remove_action(add: AddFile, deletion_timestamp: int) -> RemoveFile:
-    """The tombstone that removes ``add`` as a data change (extended file metadata kept)."""
-    return RemoveFile(
-        path=add.path,
-        deletion_timestamp=deletion_timestamp,
-        data_change=True,
-        extended_file_metadata=True,
-        partition_values=dict(add.partition_values),
-        size=add.size,
-        stats=add.stats,
-        tags=add.tags,
-        deletion_vector=add.deletion_vector,
-        base_row_id=add.base_row_id,
-        default_row_commit_version=add.default_row_commit_version,
-    )
+def _slices(table: pa.Table) -> Iterable[pa.Table]:
+    for offset in range(0, table.num_rows, ROWS_PER_SLICE):
+        yield table.slice(offset, ROWS_PER_SLICE)
 
 
 def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = None) -> int:
@@ -208,7 +140,7 @@ def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = N
     if a concurrent commit removed one of them.
     """
     io = TableIO.for_table(table_uri, conf)
-    snapshot = _latest_snapshot(io)
+    snapshot = latest_snapshot(io)
     if snapshot is None:
         raise TableNotFoundError(f"Cannot delete files: no Delta table at {table_uri}", table=table_uri)
     by_key: dict[str, AddFile] = {}
@@ -224,19 +156,6 @@ def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = N
     removes = [remove_action(add, now) for add in chosen.values()]
     metrics = {"numRemovedFiles": len(removes)}
     parameters = {"predicate": [f"path = '{remove.path}'" for remove in removes]}
-    return commit(io, removes, "DELETE", parameters, read_snapshot=snapshot, operation_metrics=metrics)
-
-
-def _latest_snapshot(io: TableIO) -> Snapshot | None:
-    try:
-        return load_snapshot(io)
-    except TableNotFoundError:
-        return None
-
-
-def _check_partition_columns(partition_columns: list[str], schema: pa.Schema, table: str) -> None:
-    missing = [name for name in partition_columns if name not in schema.names]
-    if missing:
-        raise ValueError(f"Partition columns {missing} are not columns of the data written to {table}")
-    if partition_columns and len(partition_columns) == len(schema.names):
-        raise ValueError(f"Cannot partition table {table} by all of its columns {partition_columns}")
+    version = commit(io, removes, "DELETE", parameters, read_snapshot=snapshot, operation_metrics=metrics)
+    run_post_commit_hooks(io, version, snapshot.config)
+    return version

@@ -1,0 +1,113 @@
+"""Expired log cleanup (Delta's ``MetadataCleanup``): delete log files no version in retention needs.
+
+The cut-off is ``now - delta.logRetentionDuration``, truncated to midnight UTC as Delta does (so
+files are kept up to a day longer, and checkpoints are not chased continuously). Commit times
+are file modification times made strictly increasing by version, as Delta's history does.
+
+What goes: commit, checkpoint, checksum and compacted-commit files of versions before the
+*cleanup boundary*, the newest version ``c`` that has a complete checkpoint and whose commit is
+older than the cut-off. Every version newer than the cut-off is newer than ``c`` and is still
+rebuilt from checkpoint ``c`` and the commits after it, so time travel to any version inside
+retention keeps working; versions before ``c`` are gone, as after Delta's cleanup. (Delta itself
+may delete up to its *latest* checkpoint, which can break time travel to versions between an
+older checkpoint and the cut-off; this keeps the stronger guarantee.) Nothing is deleted when
+the commits from ``c`` to the latest version are not all present. Files are deleted oldest
+first, so an interrupted cleanup still leaves a contiguous log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from logstores.base import FileStatus
+from replay.log.checkpoint_instances import complete_checkpoints
+from replay.log.commit_timestamps import monotonic_timestamps
+from replay.log.listing import list_log
+from replay.log.table_io import TableIO
+from replay.protocol import filenames
+from replay.protocol.table_config import TableConfiguration
+from replay.protocol.timestamps import format_timestamp
+
+logger = logging.getLogger(__name__)
+
+DAY_MS = 86_400_000
+
+
+def cutoff_time(now_ms: int, retention_ms: int) -> int:
+    """``now - retention`` truncated down to midnight UTC (Delta's ``truncateDay``)."""
+    return (now_ms - retention_ms) // DAY_MS * DAY_MS
+
+
+@dataclass(frozen=True)
+class _LogFile:
+    version: int
+    status: FileStatus
+
+
+def _log_files(statuses: list[FileStatus]) -> tuple[list[tuple[int, FileStatus]], list[_LogFile]]:
+    """(commits by version, every deletable file with the version it belongs to)."""
+    commits: list[tuple[int, FileStatus]] = []
+    files: list[_LogFile] = []
+    for status in statuses:
+        if status.is_dir:
+            continue
+        name = status.name
+        if filenames.is_delta_file(name) and not filenames.is_staged_delta_file(status.path):
+            version = filenames.delta_version(name)
+            commits.append((version, status))
+        elif filenames.is_checkpoint_file(name) or filenames.is_checksum_file(name):
+            version = filenames.delta_version(name)
+        elif filenames.is_compacted_delta_file(name):
+            version = filenames.compacted_delta_versions(name)[1]
+        else:
+            continue
+        files.append(_LogFile(version, status))
+    commits.sort(key=lambda item: item[0])
+    return commits, files
+
+
+def cleanup_boundary(statuses: list[FileStatus], cutoff_ms: int) -> int | None:
+    """The newest version with a complete checkpoint whose commit is older than ``cutoff_ms``, or
+    ``None`` when there is none (or the commits after it are not contiguous)."""
+    commits, _ = _log_files(statuses)
+    if not commits:
+        return None
+    times = {record.version: record.timestamp for record in monotonic_timestamps(commits)}
+    checkpointed = {instance.version for instance in complete_checkpoints(statuses)}
+    candidates = [v for v in checkpointed if v in times and times[v] < cutoff_ms]
+    if not candidates:
+        return None
+    boundary = max(candidates)
+    versions = [version for version, _ in commits if version >= boundary]
+    if versions != list(range(boundary, commits[-1][0] + 1)):
+        return None
+    return boundary
+
+
+def cleanup_expired_logs(io: TableIO, config: TableConfiguration, now_ms: int | None = None) -> list[str]:
+    """Delete the log files that expired under ``config``'s ``delta.logRetentionDuration``.
+
+    Returns the deleted paths, oldest version first. Storage errors propagate (a post-commit hook
+    reports them without failing the commit).
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    cutoff = cutoff_time(now, config.log_retention_ms)
+    logger.info(
+        "Starting the deletion of log files older than %s in %s", format_timestamp(cutoff), io.log_path
+    )
+    statuses = list_log(io, 0) or []
+    boundary = cleanup_boundary(statuses, cutoff)
+    if boundary is None:
+        return []
+    _, files = _log_files(statuses)
+    expired = sorted((f for f in files if f.version < boundary), key=lambda f: (f.version, f.status.name))
+    deleted: list[str] = []
+    for log_file in expired:
+        io.store.delete(log_file.status.path)
+        deleted.append(log_file.status.path)
+    logger.info(
+        "Deleted %d log files of %s older than %s", len(deleted), io.table_path, format_timestamp(cutoff)
+    )
+    return deleted

@@ -1,0 +1,591 @@
+"""Writes that add data: the plan decided before any file is written, and the commit that ends them.
+
+One home for the rules of a data-writing commit, shared by ``write_table`` and the Spark batch and
+streaming writers, with Delta's option names and errors:
+
+* **table creation**: the first write creates the table with the data's schema (all nullable),
+  ``partition_by`` and the ``delta.*`` table properties, under the smallest protocol that supports
+  them (:func:`new_table_protocol`);
+* **schema**: later writes merge into the table schema (:mod:`replay.txn.schema_merge`); a
+  difference needs ``merge_schema`` (the schema evolves) or, when overwriting,
+  ``overwrite_schema`` (schema and partitioning are replaced); otherwise Delta's mismatch error.
+  Missing columns are written as nulls;
+* **what an overwrite removes**: every file, the files of the partitions ``replace_where`` selects
+  (a predicate on partition columns, which every written row must satisfy), or, with
+  ``partition_overwrite_mode="dynamic"``, the files of the partitions the write touches. The
+  commit conflicts like Delta's: an append is blind, an overwrite read the whole table or the
+  partitions it replaces;
+* **idempotent writes**: with ``txn_app_id`` and ``txn_version`` the commit carries a
+  ``SetTransaction``, and a write whose version the application already committed is skipped.
+
+:func:`plan_write` runs where the write starts (the Spark driver); the :class:`WritePlan` is
+picklable and carries a :class:`~replay.txn.data_writer.FileWriteSpec` for the tasks that write
+files. :func:`commit_write` commits the files once, then runs the post-commit hooks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from replay.data.partition_values import parse_partition_value
+from replay.log.table_io import TableIO
+from replay.protocol.actions import Action, AddFile, Metadata, Protocol, RemoveFile, SetTransaction
+from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
+from replay.protocol.schema import PrimitiveType, StructType
+from replay.protocol.table_config import TableConfiguration
+from replay.protocol.table_properties import (
+    COLUMN_MAPPING_MODE,
+    ENABLE_CHANGE_DATA_FEED,
+    ENABLE_DELETION_VECTORS,
+    ENABLE_IN_COMMIT_TIMESTAMPS,
+    canonical_property_key,
+    check_table_properties,
+)
+from replay.state.loader import load_snapshot
+from replay.state.snapshot import Snapshot
+from replay.txn.committer import commit
+from replay.txn.data_writer import FileWriteSpec, WrittenFile
+from replay.txn.post_commit import run_post_commit_hooks
+from replay.txn.predicate import Predicate, parse_predicate
+from replay.txn.schema_merge import (
+    SchemaMismatchError,
+    as_nullable,
+    check_duplicate_columns,
+    merge_schemas,
+    scala_type_name,
+    schema_mismatch_error,
+)
+
+logger = logging.getLogger(__name__)
+
+WRITE_MODES = ("append", "overwrite")
+PARTITION_OVERWRITE_MODES = ("static", "dynamic")
+
+
+class InvalidWriteOptionError(DeltaError, ValueError):
+    """Write options that cannot be used together or have invalid values (Delta's wording)."""
+
+
+# -- options ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WriteOptions:
+    """How to write, with Delta's semantics (the DataFrameWriter option names are in brackets).
+
+    ``mode``: ``append`` or ``overwrite``. ``partition_by`` (``partitionBy``): partition columns of
+    a new table; for an existing table they must match unless the schema is overwritten.
+    ``merge_schema`` (``mergeSchema``), ``overwrite_schema`` (``overwriteSchema``, overwrite only,
+    not with ``replace_where``). ``replace_where`` (``replaceWhere``) and
+    ``partition_overwrite_mode`` (``partitionOverwriteMode``) apply to overwrites.
+    ``txn_app_id``/``txn_version`` (``txnAppId``/``txnVersion``) make the write idempotent.
+    ``user_metadata`` (``userMetadata``) goes into ``commitInfo``. ``max_records_per_file``
+    (``maxRecordsPerFile``, 0 or less: no limit). ``configuration``: table properties of a new
+    table. ``allow_implicit_casts``: values of another primitive type are cast to the table's type
+    (as SQL inserts do) instead of failing the schema check.
+    """
+
+    mode: str = "append"
+    partition_by: tuple[str, ...] | None = None
+    merge_schema: bool = False
+    overwrite_schema: bool = False
+    replace_where: str | None = None
+    partition_overwrite_mode: str = "static"
+    txn_app_id: str | None = None
+    txn_version: int | None = None
+    user_metadata: str | None = None
+    max_records_per_file: int | None = None
+    configuration: Mapping[str, str] = field(default_factory=dict)
+    allow_implicit_casts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in WRITE_MODES:
+            raise InvalidWriteOptionError(f"mode must be one of {', '.join(WRITE_MODES)}, not {self.mode!r}")
+        if self.partition_overwrite_mode not in PARTITION_OVERWRITE_MODES:
+            raise InvalidWriteOptionError(
+                f"[DELTA_ILLEGAL_OPTION] Invalid value '{self.partition_overwrite_mode}' for option "
+                "'partitionOverwriteMode', must be 'static' or 'dynamic'"
+            )
+        if (self.txn_app_id is None) != (self.txn_version is None):
+            raise InvalidWriteOptionError(
+                "[DELTA_INVALID_IDEMPOTENT_WRITES_OPTIONS] Invalid options for idempotent Dataframe "
+                "writes: Both txnVersion and txnAppId must be specified for idempotent data writes"
+            )
+        if self.txn_version is not None and self.txn_version < 0:
+            raise InvalidWriteOptionError(
+                "[DELTA_INVALID_IDEMPOTENT_WRITES_OPTIONS] Invalid options for idempotent Dataframe "
+                f"writes: txnVersion must be a non-negative integer, got {self.txn_version}"
+            )
+        if self.overwrite and self.dynamic_requested and self.replace_where is not None:
+            raise InvalidWriteOptionError(
+                "[DELTA_REPLACE_WHERE_WITH_DYNAMIC_PARTITION_OVERWRITE] A 'replaceWhere' expression and "
+                "'partitionOverwriteMode'='dynamic' cannot both be set in the DataFrameWriter options."
+            )
+        if self.overwrite and self.dynamic_requested and self.overwrite_schema:
+            raise InvalidWriteOptionError(
+                "[DELTA_OVERWRITE_SCHEMA_WITH_DYNAMIC_PARTITION_OVERWRITE] 'overwriteSchema' cannot be "
+                "used in dynamic partition overwrite mode."
+            )
+
+    @property
+    def overwrite(self) -> bool:
+        return self.mode == "overwrite"
+
+    @property
+    def dynamic_requested(self) -> bool:
+        return self.partition_overwrite_mode == "dynamic"
+
+    @property
+    def can_overwrite_schema(self) -> bool:
+        """Delta's rule: ``overwriteSchema`` counts only for overwrites without ``replaceWhere``."""
+        return self.overwrite_schema and self.overwrite and self.replace_where is None
+
+
+# -- table creation -----------------------------------------------------------------------------
+_LEGACY_WRITER_FEATURES = (
+    (2, ("appendOnly", "invariants")),
+    (3, ("checkConstraints",)),
+    (4, ("changeDataFeed", "generatedColumns")),
+    (5, ("columnMapping",)),
+    (6, ("identityColumns",)),
+)
+
+
+def _uses_timestamp_ntz(schema_string: str) -> bool:
+    return '"timestamp_ntz"' in schema_string
+
+
+def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> Protocol:
+    """The smallest protocol that supports the table properties and types of a new table.
+
+    Legacy versions where they suffice (writer 2, or 4 for the change data feed); table features
+    (reader 3 / writer 7) once ``timestamp_ntz``, in-commit timestamps or deletion vectors are
+    needed. Raises :class:`UnsupportedTableFeatureError` for column mapping, which this writer
+    cannot write.
+    """
+    if COLUMN_MAPPING_MODE.value_in(configuration) != "none":
+        raise UnsupportedTableFeatureError(
+            "Cannot create a table with delta.columnMapping.mode: this writer does not write column "
+            "mapping tables",
+            features=["columnMapping"],
+        )
+    ntz = _uses_timestamp_ntz(schema_string)
+    ict = ENABLE_IN_COMMIT_TIMESTAMPS.value_in(configuration)
+    cdf = ENABLE_CHANGE_DATA_FEED.value_in(configuration)
+    dv = ENABLE_DELETION_VECTORS.value_in(configuration)
+    if not ntz and not ict and not dv:
+        return Protocol(min_reader_version=1, min_writer_version=4 if cdf else 2)
+    writer = ["appendOnly", "invariants"]
+    reader: list[str] = []
+    if cdf:
+        writer.append("changeDataFeed")
+    if ict:
+        writer.append("inCommitTimestamp")
+    if ntz:
+        writer.append("timestampNtz")
+        reader.append("timestampNtz")
+    if dv:
+        writer.append("deletionVectors")
+        reader.append("deletionVectors")
+    if reader:
+        return Protocol(
+            min_reader_version=3, min_writer_version=7, reader_features=reader, writer_features=writer
+        )
+    return Protocol(min_reader_version=1, min_writer_version=7, writer_features=writer)
+
+
+def protocol_for_schema(protocol: Protocol, schema_string: str) -> Protocol:
+    """``protocol``, upgraded to table features with ``timestampNtz`` if the schema needs it."""
+    if not _uses_timestamp_ntz(schema_string) or protocol.has_reader_feature("timestampNtz"):
+        return protocol
+    writer = list(protocol.writer_features or ())
+    if protocol.min_writer_version < 7:
+        implied = (
+            names for version, names in _LEGACY_WRITER_FEATURES if protocol.min_writer_version >= version
+        )
+        writer = [name for names in implied for name in names]
+    reader = list(protocol.reader_features or ())
+    if protocol.min_reader_version == 2:
+        reader = ["columnMapping"]
+    return Protocol(
+        min_reader_version=3,
+        min_writer_version=7,
+        reader_features=[*reader, "timestampNtz"],
+        writer_features=[*dict.fromkeys([*writer, "timestampNtz"])],
+    )
+
+
+def _resolve_columns(names: Sequence[str], schema: StructType, table: str) -> list[str]:
+    """``names`` spelled as in ``schema`` (case-insensitive); Delta's error for an unknown one."""
+    by_lower = {name.lower(): name for name in schema.field_names}
+    resolved = []
+    for name in names:
+        if name.lower() not in by_lower:
+            raise SchemaMismatchError(
+                f"[DELTA_PARTITION_COLUMN_NOT_FOUND] Partition column {name} not found in schema "
+                f"[{', '.join(schema.field_names)}] (table {table})"
+            )
+        resolved.append(by_lower[name.lower()])
+    return resolved
+
+
+def _check_partitioning(partition_columns: list[str], schema: StructType, table: str) -> None:
+    for name in partition_columns:
+        data_type = schema.field(name).type
+        if not isinstance(data_type, PrimitiveType) or data_type.name in ("void", "variant"):
+            raise SchemaMismatchError(
+                f"[DELTA_INVALID_PARTITION_COLUMN_TYPE] Using column {name} of type "
+                f"{scala_type_name(data_type)} as a partition column is not supported."
+            )
+    if partition_columns and len(partition_columns) == len(schema.fields):
+        raise SchemaMismatchError(
+            "[DELTA_NON_PARTITION_COLUMN_ABSENT] Data written into Delta needs to contain at least one "
+            f"non-partitioned column. (table {table}, partition columns {partition_columns})"
+        )
+
+
+# -- the plan -----------------------------------------------------------------------------------
+def latest_snapshot(io: TableIO) -> Snapshot | None:
+    """The table's latest snapshot, or ``None`` when there is no table yet (a write creates it)."""
+    try:
+        return load_snapshot(io)
+    except TableNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a data-writing commit decided before its files are written (picklable)."""
+
+    table_path: str
+    options: WriteOptions
+    read_version: int
+    """The version the write read (-1: it creates the table)."""
+    protocol: Protocol
+    metadata: Metadata
+    """Protocol and metadata in force after the commit."""
+    commit_protocol: bool
+    commit_metadata: bool
+    spec: FileWriteSpec
+    committed_txn_version: int | None = None
+    """The version the write's application id had committed when the write read the table."""
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.metadata.partition_columns)
+
+    @property
+    def config(self) -> TableConfiguration:
+        """The table configuration after the commit."""
+        return TableConfiguration(self.protocol, self.metadata, self.table_path)
+
+    @property
+    def already_committed(self) -> bool:
+        """An idempotent write whose (app id, version) the table has already seen: nothing to do."""
+        version = self.options.txn_version
+        committed = self.committed_txn_version
+        return version is not None and committed is not None and committed >= version
+
+    @property
+    def dynamic_overwrite(self) -> bool:
+        return self.options.overwrite and self.options.dynamic_requested and bool(self.partition_columns)
+
+    @property
+    def full_overwrite(self) -> bool:
+        return self.options.overwrite and self.options.replace_where is None and not self.dynamic_overwrite
+
+    def for_transaction(self, app_id: str, version: int, committed: int | None) -> WritePlan:
+        """This plan as an idempotent write of ``(app_id, version)`` (a streaming micro-batch)."""
+        options = replace(self.options, txn_app_id=app_id, txn_version=version)
+        return replace(self, options=options, committed_txn_version=committed)
+
+
+def plan_write(
+    io: TableIO, snapshot: Snapshot | None, data_schema: StructType, options: WriteOptions
+) -> WritePlan:
+    """Decide a write of data with ``data_schema`` into the table (``snapshot``: its latest
+    state, ``None`` for a new table). Raises :class:`SchemaMismatchError`,
+    :class:`~replay.txn.predicate.PredicateError`, :class:`InvalidWriteOptionError`,
+    :class:`UnsupportedTableFeatureError` and Delta's append-only error before anything is written.
+    """
+    table = io.table_path
+    check_duplicate_columns(data_schema)
+    if snapshot is None:
+        protocol, metadata = _new_table(data_schema, options, table)
+        read_version, commit_protocol, commit_metadata, committed = -1, True, True, None
+    else:
+        snapshot.config.check_writable()
+        protocol, metadata, commit_metadata = _existing_table(snapshot, data_schema, options, table)
+        protocol = protocol_for_schema(protocol, metadata.schema_string or "")
+        commit_protocol = protocol != snapshot.protocol
+        read_version = snapshot.version
+        committed = snapshot.set_transactions.get(options.txn_app_id) if options.txn_app_id else None
+    replace_where = _replace_where(options, metadata, table)
+    config = TableConfiguration(protocol, metadata, table)
+    config.check_commit(
+        removes_data=options.overwrite and snapshot is not None,
+        previous=snapshot.config if snapshot is not None else None,
+    )
+    schema = metadata.schema
+    spec = FileWriteSpec(
+        table_path=table,
+        schema=schema.to_arrow(),
+        partition_columns=tuple(metadata.partition_columns),
+        conf=dict(io.conf),
+        num_indexed_cols=config.num_indexed_cols,
+        max_records_per_file=options.max_records_per_file
+        if options.max_records_per_file and options.max_records_per_file > 0
+        else None,
+        replace_where=replace_where.text if replace_where is not None else None,
+        not_null=tuple(f.name for f in schema.fields if not f.nullable),
+    )
+    return WritePlan(
+        table, options, read_version, protocol, metadata, commit_protocol, commit_metadata, spec, committed
+    )
+
+
+def _new_table(data_schema: StructType, options: WriteOptions, table: str) -> tuple[Protocol, Metadata]:
+    schema = as_nullable(data_schema)
+    partition_columns = _resolve_columns(options.partition_by or (), schema, table)
+    _check_partitioning(partition_columns, schema, table)
+    configuration = {canonical_property_key(str(k)): str(v) for k, v in options.configuration.items()}
+    check_table_properties(configuration)
+    schema_string = schema.to_json()
+    metadata = Metadata(
+        id=str(uuid.uuid4()),
+        schema_string=schema_string,
+        partition_columns=partition_columns,
+        configuration=configuration,
+        created_time=int(time.time() * 1000),
+    )
+    return new_table_protocol(configuration, schema_string), metadata
+
+
+def _existing_table(
+    snapshot: Snapshot, data_schema: StructType, options: WriteOptions, table: str
+) -> tuple[Protocol, Metadata, bool]:
+    """(protocol, metadata after the write, whether the metadata changes)."""
+    metadata = snapshot.metadata
+    table_schema = metadata.schema
+    existing = list(metadata.partition_columns)
+    given = list(options.partition_by) if options.partition_by is not None else None
+    if options.can_overwrite_schema:
+        schema = as_nullable(data_schema)
+        partition_columns = _resolve_columns(given if given is not None else existing, schema, table)
+        _check_partitioning(partition_columns, schema, table)
+        if schema == table_schema and partition_columns == existing:
+            return snapshot.protocol, metadata, False
+        changed = replace(metadata, schema_string=schema.to_json(), partition_columns=partition_columns)
+        return snapshot.protocol, changed, True
+    partitioning_differs = given is not None and [c.lower() for c in given] != [c.lower() for c in existing]
+    try:
+        merged = merge_schemas(table_schema, data_schema, allow_implicit_casts=options.allow_implicit_casts)
+    except SchemaMismatchError:
+        if partitioning_differs:
+            raise _mismatch(metadata, data_schema, options, given, existing) from None
+        raise
+    if partitioning_differs or (merged != table_schema and not options.merge_schema):
+        raise _mismatch(metadata, data_schema, options, given if partitioning_differs else None, existing)
+    if merged == table_schema:
+        return snapshot.protocol, metadata, False
+    return snapshot.protocol, replace(metadata, schema_string=merged.to_json()), True
+
+
+def _mismatch(
+    metadata: Metadata,
+    data_schema: StructType,
+    options: WriteOptions,
+    given: list[str] | None,
+    existing: list[str],
+) -> SchemaMismatchError:
+    return schema_mismatch_error(
+        metadata.id,
+        metadata.schema,
+        data_schema,
+        partitioning=(given, existing) if given is not None else None,
+        overwrite_hint=options.overwrite,
+    )
+
+
+def _replace_where(options: WriteOptions, metadata: Metadata, table: str) -> Predicate | None:
+    if not options.overwrite or options.replace_where is None:
+        return None
+    predicate = parse_predicate(options.replace_where).resolve(metadata.schema.field_names)
+    partition_columns = list(metadata.partition_columns)
+    for column in predicate.columns:
+        if column not in partition_columns:
+            raise SchemaMismatchError(
+                f"[DELTA_NON_PARTITION_COLUMN_REFERENCE] Predicate references non-partition column "
+                f"'{column}'. Only the partition columns may be referenced: [{', '.join(partition_columns)}]"
+                f" (replaceWhere on table {table})"
+            )
+    return predicate
+
+
+# -- committing ---------------------------------------------------------------------------------
+def remove_action(add: AddFile, deletion_timestamp: int) -> RemoveFile:
+    """The tombstone that removes ``add`` as a data change (extended file metadata kept)."""
+    return RemoveFile(
+        path=add.path,
+        deletion_timestamp=deletion_timestamp,
+        data_change=True,
+        extended_file_metadata=True,
+        partition_values=dict(add.partition_values),
+        size=add.size,
+        stats=add.stats,
+        tags=add.tags,
+        deletion_vector=add.deletion_vector,
+        base_row_id=add.base_row_id,
+        default_row_commit_version=add.default_row_commit_version,
+    )
+
+
+PartitionKey = tuple[Any, ...]
+
+
+def _partition_key_of(metadata: Metadata) -> Callable[[Mapping[str, str | None]], PartitionKey]:
+    """Typed partition values (so ``1`` and ``01``, or two spellings of a timestamp, agree)."""
+    columns = list(metadata.partition_columns)
+    types = {name: metadata.schema.field(name).type for name in columns}
+
+    def key(values: Mapping[str, str | None]) -> PartitionKey:
+        lowered = {str(k).lower(): v for k, v in values.items()}
+        return tuple(parse_partition_value(lowered.get(c.lower()), types[c]) for c in columns)
+
+    return key
+
+
+def _partitions_matching(
+    predicate: Predicate, metadata: Metadata
+) -> Callable[[Mapping[str, str | None]], bool]:
+    """Whether a file's partition values satisfy ``predicate`` (evaluated once per partition)."""
+    key_of = _partition_key_of(metadata)
+    columns = list(metadata.partition_columns)
+    arrow_types = {name: metadata.schema.field(name).to_arrow().type for name in columns}
+    verdicts: dict[PartitionKey, bool] = {}
+
+    def matches(values: Mapping[str, str | None]) -> bool:
+        key = key_of(values)
+        if key not in verdicts:
+            row = pa.table({c: pa.array([v], arrow_types[c]) for c, v in zip(columns, key, strict=True)})
+            verdicts[key] = predicate.matching(row).num_rows == 1
+        return verdicts[key]
+
+    return matches
+
+
+def _overwritten_partitions(
+    plan: WritePlan, written: Sequence[WrittenFile]
+) -> Callable[[Mapping[str, str | None]], bool]:
+    """Whether a file's partition is one that a partial overwrite replaces."""
+    if plan.dynamic_overwrite:
+        key_of = _partition_key_of(plan.metadata)
+        touched = {key_of(w.add.partition_values) for w in written}
+        return lambda values: key_of(values) in touched
+    predicate = _replace_where(plan.options, plan.metadata, plan.table_path)
+    assert predicate is not None
+    return _partitions_matching(predicate, plan.metadata)
+
+
+def _removals(
+    plan: WritePlan, snapshot: Snapshot, written: Sequence[WrittenFile]
+) -> tuple[list[RemoveFile], Callable[[Mapping[str, str | None]], bool] | None]:
+    """The files an overwrite removes, and the partitions it read (``None``: whole table or none)."""
+    if not plan.options.overwrite or plan.read_version < 0:
+        return [], None
+    now = int(time.time() * 1000)
+    if plan.full_overwrite:
+        return [remove_action(add, now) for add in snapshot.files()], None
+    selected = _overwritten_partitions(plan, written)
+    return [remove_action(add, now) for add in snapshot.files() if selected(add.partition_values)], selected
+
+
+def write_actions(
+    plan: WritePlan, snapshot: Snapshot | None, written: Sequence[WrittenFile]
+) -> tuple[list[Action], list[RemoveFile], Callable[[Mapping[str, str | None]], bool] | None]:
+    """The commit's actions (protocol, metadata, txn, adds, removes), its removals and read partitions."""
+    actions: list[Action] = []
+    if plan.commit_protocol:
+        actions.append(plan.protocol)
+    if plan.commit_metadata:
+        actions.append(plan.metadata)
+    options = plan.options
+    if options.txn_app_id is not None and options.txn_version is not None:
+        actions.append(SetTransaction(options.txn_app_id, options.txn_version, int(time.time() * 1000)))
+    actions += [w.add for w in written]
+    removes: list[RemoveFile] = []
+    reads_partitions = None
+    if snapshot is not None:
+        removes, reads_partitions = _removals(plan, snapshot, written)
+    actions += removes
+    return actions, removes, reads_partitions
+
+
+def _parameters(plan: WritePlan) -> dict[str, Any]:
+    options = plan.options
+    parameters: dict[str, Any] = {
+        "mode": "Overwrite" if options.overwrite else "Append",
+        "partitionBy": plan.partition_columns,
+    }
+    if options.overwrite and options.replace_where is not None:
+        parameters["predicate"] = options.replace_where
+    if plan.dynamic_overwrite:
+        parameters["partitionOverwriteMode"] = "DYNAMIC"
+    return parameters
+
+
+def commit_write(
+    io: TableIO,
+    plan: WritePlan,
+    written: Sequence[WrittenFile],
+    *,
+    snapshot: Snapshot | None = None,
+    operation: str = "WRITE",
+    operation_parameters: Mapping[str, Any] | None = None,
+) -> int | None:
+    """Commit the files of ``plan``'s write as one version and run the post-commit hooks.
+
+    ``snapshot`` is the table at ``plan.read_version`` if the caller has it (it is loaded when an
+    overwrite needs it). Returns the committed version, or ``None`` for an idempotent write that
+    was already committed (nothing is committed; the caller deletes ``written``). Raises
+    :class:`~replay.protocol.errors.ConcurrentModificationError` when a concurrent commit conflicts.
+    """
+    if plan.already_committed:
+        logger.info(
+            "Transaction write of version %s for application id %s has already been committed in Delta "
+            "table %s. Skipping this write.",
+            plan.options.txn_version,
+            plan.options.txn_app_id,
+            plan.table_path,
+        )
+        return None
+    if snapshot is None and plan.options.overwrite and plan.read_version >= 0:
+        snapshot = load_snapshot(io, version=plan.read_version)
+    actions, removes, reads_partitions = write_actions(plan, snapshot, written)
+    metrics: dict[str, Any] = {
+        "numFiles": len(written),
+        "numOutputRows": sum(w.num_rows for w in written),
+        "numOutputBytes": sum(w.add.size for w in written),
+    }
+    if removes:
+        metrics["numRemovedFiles"] = len(removes)
+        metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
+    version = commit(
+        io,
+        actions,
+        operation,
+        operation_parameters if operation_parameters is not None else _parameters(plan),
+        read_version=plan.read_version,
+        read_snapshot=snapshot,
+        reads_whole_table=plan.full_overwrite,
+        operation_metrics=metrics,
+        reads_partitions=reads_partitions,
+        user_metadata=plan.options.user_metadata,
+    )
+    run_post_commit_hooks(io, version, plan.config)
+    return version
