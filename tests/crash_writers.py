@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import logstores.s3  # noqa: F401 - preloaded in the forkserver
-import logstores.s3_dynamodb  # noqa: F401 - preloaded in the forkserver
+# The stores are preloaded in the forkserver, so forked writers start at once.
+import logstores.s3
+import logstores.s3_dynamodb  # noqa: F401
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile
 

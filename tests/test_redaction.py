@@ -51,7 +51,9 @@ def test_redact_is_recursive_and_reads_json_and_urls() -> None:
         "key": "AKID",
         "endpoint_url": "http://user:pw@host:9000/x?sig=abc&keep=1",
         "client_kwargs": {"region_name": "eu", "aws_secret_access_key": "s", "nested": [{"token": "t"}]},
-        "spark.delta.logStore.s3a.options.client_kwargs": '{"aws_secret_access_key": "s", "region_name": "eu"}',
+        "spark.delta.logStore.s3a.options.client_kwargs": (
+            '{"aws_secret_access_key": "s", "region_name": "eu"}'
+        ),
         "fs.defaultFS": "abfss://container@account.dfs.core.windows.net/x",
         "plain": "value",
         "spark.delta.logStore.s3a.impl": "s3",
@@ -64,7 +66,9 @@ def test_redact_is_recursive_and_reads_json_and_urls() -> None:
             "aws_secret_access_key": REDACTED,
             "nested": [{"token": REDACTED}],
         },
-        "spark.delta.logStore.s3a.options.client_kwargs": '{"aws_secret_access_key":"***","region_name":"eu"}',
+        "spark.delta.logStore.s3a.options.client_kwargs": (
+            '{"aws_secret_access_key":"***","region_name":"eu"}'
+        ),
         "fs.defaultFS": "abfss://container@account.dfs.core.windows.net/x",
         "plain": "value",
         "spark.delta.logStore.s3a.impl": "s3",
@@ -141,7 +145,9 @@ def planted_confs(moto: MotoServer, gcs: GCSServer, azurite: Azurite) -> dict[st
             "spark.delta.logStore.abfs.options.connection_string": azurite.connection_string(
                 key=SECRETS["azure-key"].encode().hex()
             ),
-            f"spark.hadoop.fs.azure.sas.c.{AZURITE_ACCOUNT}.blob.core.windows.net": f"sv=2020&sig={SECRETS['sas']}",
+            f"spark.hadoop.fs.azure.sas.c.{AZURITE_ACCOUNT}.blob.core.windows.net": (
+                f"sv=2020&sig={SECRETS['sas']}"
+            ),
             "spark.hadoop.fs.azure.account.oauth2.client.secret": SECRETS["oauth"],
         },
         "gcs": {
@@ -219,8 +225,8 @@ def test_planted_secrets_never_appear_in_repr_logs_or_errors(
         "gs": gcs_server.create_bucket(),
     }
     texts: list[str] = []
-    for name, conf in confs.items():
-        conf = {**conf, "spark.delta.logstores.requestTimeoutMs": "3000"}
+    for name, planted in confs.items():
+        conf = {**planted, "spark.delta.logstores.requestTimeoutMs": "3000"}
         scheme = URIS[name]
         uri = f"{scheme}://{buckets[scheme]}/{name}"
         store = create_log_store(conf)
@@ -256,8 +262,8 @@ def test_planted_secrets_never_appear_in_cli_output(
             assert code == 0, err
             outputs += [out, err]
         if name in ("s3", "nested", "userinfo", "azure"):  # errors of a table that is not there
-            conf = {**conf, "spark.delta.logstores.requestTimeoutMs": "3000"}
-            code, out, err = run_cli(capsys, "snapshot", uri, *conf_args(conf))
+            bounded = {**conf, "spark.delta.logstores.requestTimeoutMs": "3000"}
+            code, out, err = run_cli(capsys, "snapshot", uri, *conf_args(bounded))
             assert code == 2
             outputs += [out, err]
     for pair in (f"fs.s3a.secret.key {SECRETS['s3-secret']}", f"{SECRETS['s3-secret']}"):
@@ -281,7 +287,8 @@ def test_planted_secrets_never_appear_in_debug_output(
         **planted_confs(moto_server, gcs_server, azurite)[name],
         "spark.delta.logstores.requestTimeoutMs": "3000",
     }
-    uri = f"{URIS[name]}://{moto_server.create_bucket() if URIS[name] == 's3a' else azurite.create_container()}/t"
+    bucket = moto_server.create_bucket() if URIS[name] == "s3a" else azurite.create_container()
+    uri = f"{URIS[name]}://{bucket}/t"
     conf_file = tmp_path / "spark-defaults.conf"  # keeps the secrets off the command line
     conf_file.write_text("".join(f"{key} {value}\n" for key, value in conf.items()))
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

@@ -28,7 +28,6 @@ from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, RemoveFile, SetTransaction
 from replay.protocol.errors import ConcurrentModificationError
 from replay.spark import register
-from replay.state.scan import read_snapshot
 from replay.txn import write as write_module
 from replay.txn.write import write_table
 from tests.cloud_servers import MotoServer, dynamodb_conf, unique_name
@@ -95,7 +94,7 @@ def arrow_rows(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
 
 
 def ours(uri: str, conf: dict[str, str] | None = None) -> pa.Table:
-    return read_snapshot(DeltaLog.for_table(uri, conf).snapshot())
+    return DeltaLog.for_table(uri, conf).snapshot().to_arrow()
 
 
 def commit_info(log: DeltaLog, version: int) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from replay.protocol.errors import (
     UnsupportedTableFeatureError,
 )
 from replay.protocol.table_config import check_writable
-from replay.state.scan import read_snapshot
 from replay.txn.data_writer import (
     encode_log_path,
     escape_partition_value,
@@ -216,7 +215,7 @@ def test_append_casts_to_the_table_schema_and_checks_columns(tmp_path: Path) -> 
     assert pq.read_schema(tmp_path / add.path).names == ["id", "s"]
     assert pq.read_schema(tmp_path / add.path).field("id").type == pa.int64()
     assert write_table(path, pa.table({"id": [3]})) == 2  # a missing column is written as nulls
-    rows = read_snapshot(DeltaLog.for_table(path).snapshot()).sort_by("id").to_pylist()
+    rows = DeltaLog.for_table(path).snapshot().to_arrow().sort_by("id").to_pylist()
     assert rows == [{"id": 1, "s": "a"}, {"id": 2, "s": "b"}, {"id": 3, "s": None}]
     with pytest.raises(SchemaMismatchError) as mismatch:
         write_table(path, pa.table({"id": [3], "t": ["c"]}))

@@ -16,7 +16,6 @@ from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, RemoveFile, SetTransaction
 from replay.protocol.errors import ConcurrentModificationError, DeltaError
 from replay.protocol.table_properties import InvalidTablePropertyError
-from replay.state.scan import read_snapshot
 from replay.txn.data_writer import InvariantViolationError, write_batches
 from replay.txn.predicate import PredicateError, parse_predicate
 from replay.txn.schema_merge import SchemaMismatchError
@@ -25,7 +24,7 @@ from replay.txn.write_plan import InvalidWriteOptionError, WriteOptions, commit_
 
 
 def rows(path: Path | str, *columns: str) -> list[tuple[Any, ...]]:
-    table = read_snapshot(DeltaLog.for_table(str(path)).snapshot())
+    table = DeltaLog.for_table(str(path)).snapshot().to_arrow()
     names = list(columns) or table.column_names
     return sorted(tuple(row[c] for c in names) for row in table.select(names).to_pylist())
 
@@ -300,7 +299,7 @@ def test_column_mapping_tables_are_refused_before_anything_is_written(
     path = tmp_path / "cm"
     shutil.copytree(golden_root / "dat/column_mapping/delta", path)
     before = data_files(path)
-    data = read_snapshot(DeltaLog.for_table(str(path)).snapshot()).slice(0, 1)
+    data = DeltaLog.for_table(str(path)).snapshot().to_arrow().slice(0, 1)
     with pytest.raises(
         UnsupportedTableFeatureError, match=r"uses features this writer does not support: .*columnMapping"
     ):
