@@ -463,10 +463,10 @@ def test_read_prints_filtered_rows(capsys: pytest.CaptureFixture[str], demo_tabl
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("id <", "ends where a value was expected"),
-        ("id = 1 and", "ends where a column name was expected"),
+        ("id <", "expected a column or a value, found the end"),
+        ("id = 1 and", "expected a column or a value, found the end"),
         ("nope = 1", "filter column nope is not a column"),
-        ("id ~ 3", "cannot read the filter at position 3"),
+        ("id ~ 3", "unexpected input at position 3"),
     ],
 )
 def test_read_filter_errors_are_usage_errors(

@@ -15,9 +15,9 @@ from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, RemoveFile, SetTransaction
 from replay.protocol.errors import ConcurrentModificationError, DeltaError
+from replay.protocol.sql_predicate import PredicateError, parse_predicate
 from replay.protocol.table_properties import InvalidTablePropertyError
 from replay.txn.data_writer import InvariantViolationError, write_batches
-from replay.txn.predicate import PredicateError, parse_predicate
 from replay.txn.schema_merge import SchemaMismatchError
 from replay.txn.write import delta_schema, write_table
 from replay.txn.write_plan import InvalidWriteOptionError, WriteOptions, commit_write, plan_write

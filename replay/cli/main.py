@@ -142,15 +142,15 @@ def cmd_changes(args: argparse.Namespace, conf: dict[str, str]) -> int:
 def cmd_read(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay import DeltaLog
     from replay.cli import output
-    from replay.cli.filters import parse_filter
     from replay.protocol.predicates import InvalidFilterError
+    from replay.protocol.sql_predicate import parse_predicate
 
     columns = [name.strip() for name in args.columns.split(",") if name.strip()] if args.columns else None
     log = DeltaLog.for_table(args.uri, conf)
     with output.working(f"Reading {args.uri}"):
         snapshot = log.snapshot(version=args.version, timestamp=_timestamp_arg(args.timestamp))
         try:
-            scan = snapshot.scan(parse_filter(args.filter) if args.filter else None, columns)
+            scan = snapshot.scan(parse_predicate(args.filter).tree if args.filter else None, columns)
         except InvalidFilterError as exc:
             raise UsageError(f"deltalog read: {exc}") from None
         rows = _first_rows(scan.to_batches(), args.limit)

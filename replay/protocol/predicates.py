@@ -2,12 +2,13 @@
 
 A :data:`Predicate` is a small tree of comparisons of one column with literals (``=``, ``!=``,
 ``<``, ``<=``, ``>``, ``>=``, ``IN``, ``IS NULL``, ``STARTS WITH``) joined by ``AND``, ``OR`` and
-``NOT``, with SQL semantics (a comparison with a null is not true). Three front ends build one:
+``NOT``, with SQL semantics (a comparison with a null is not true). Four front ends build one:
 
 * :func:`from_dnf`: pyarrow/deltalake DNF filters, ``[("part", "=", 3), ("id", ">", 10)]`` (AND)
   or a list of such lists (OR of ANDs);
 * :func:`from_expression`: a :class:`pyarrow.compute.Expression`, read from its printed form;
   any part that is not read with certainty becomes :class:`Opaque` (no pruning, never a wrong one);
+* :mod:`replay.protocol.sql_predicate` reads SQL text (``replaceWhere``, ``deltalog read --filter``);
 * the Spark data source converts Spark's pushed filters (``replay.spark``).
 
 :func:`to_expression` turns a predicate without opaque parts back into a pyarrow expression for
@@ -39,6 +40,15 @@ class Compare:
     column: tuple[str, ...]
     op: Op
     value: object
+
+
+@dataclass(frozen=True)
+class CompareColumns:
+    """``left <op> right``: two columns compared (SQL's ``p1 = p2``); pruning cannot use it."""
+
+    left: tuple[str, ...]
+    op: Op
+    right: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -88,9 +98,13 @@ class Opaque:
     text: str
 
 
-Predicate = Compare | In | IsNull | StartsWith | And | Or | Not | Opaque
+Predicate = Compare | CompareColumns | In | IsNull | StartsWith | And | Or | Not | Opaque
+PREDICATE_TYPES = (Compare, CompareColumns, In, IsNull, StartsWith, And, Or, Not, Opaque)
+"""The node types of a :data:`Predicate`, for ``isinstance``."""
 TRUE: Predicate = And(())
 """The predicate every row satisfies."""
+FALSE: Predicate = Or(())
+"""The predicate no row satisfies."""
 
 
 class InvalidFilterError(ValueError):
@@ -105,6 +119,8 @@ def columns_of(predicate: Predicate) -> set[tuple[str, ...]]:
         return columns_of(predicate.child)
     if isinstance(predicate, Opaque):
         return set()
+    if isinstance(predicate, CompareColumns):
+        return {predicate.left, predicate.right}
     return {predicate.column}
 
 
@@ -126,6 +142,8 @@ def negate(predicate: Predicate) -> Predicate:
     """
     if isinstance(predicate, Compare):
         return Compare(predicate.column, _NEGATED[predicate.op], predicate.value)
+    if isinstance(predicate, CompareColumns):
+        return CompareColumns(predicate.left, _NEGATED[predicate.op], predicate.right)
     if isinstance(predicate, In):
         return In(predicate.column, predicate.values, not predicate.negated)
     if isinstance(predicate, IsNull):
@@ -203,11 +221,39 @@ def _field(path: tuple[str, ...]) -> pc.Expression:
     return pc.field(*path)
 
 
-def _literal(value: object, arrow_type: pa.DataType | None) -> pc.Expression:
-    scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value)
+def coerce_literal(value: object, arrow_type: pa.DataType | None) -> pa.Scalar:
+    """``value`` as a scalar of ``arrow_type`` (its own type if ``None``), converted as SQL casts it.
+
+    A string compared with a date or timestamp column is read as an ISO date or timestamp; a
+    timestamp without a time zone compared with a zoned column is taken as UTC. Raises
+    :class:`ValueError` or an Arrow error when the value does not fit.
+    """
+    if isinstance(value, pa.Scalar):
+        scalar = value
+    else:
+        temporal = arrow_type is not None and (
+            pa.types.is_date(arrow_type) or pa.types.is_timestamp(arrow_type)
+        )
+        if temporal and isinstance(value, str):
+            parsed = _dt.datetime.fromisoformat(value.strip())
+            value = parsed.date() if pa.types.is_date(arrow_type) else parsed
+        zoned = arrow_type is not None and pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None
+        if zoned and isinstance(value, _dt.datetime) and value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.UTC)
+        scalar = pa.scalar(value)
     if arrow_type is not None and scalar.type != arrow_type:
         scalar = scalar.cast(arrow_type)
-    return pc.scalar(scalar)
+    return scalar
+
+
+_COMPARISONS = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
 
 
 def to_expression(predicate: Predicate, schema: pa.Schema | None = None) -> pc.Expression:
@@ -232,29 +278,29 @@ def to_expression(predicate: Predicate, schema: pa.Schema | None = None) -> pc.E
         return ~to_expression(predicate.child, schema)
     if isinstance(predicate, Opaque):
         raise InvalidFilterError(f"cannot filter rows by an opaque predicate: {predicate.text}")
+    if isinstance(predicate, CompareColumns):
+        for path in (predicate.left, predicate.right) if schema is not None else ():
+            _column_type(schema, path)
+        try:
+            return _COMPARISONS[predicate.op](_field(predicate.left), _field(predicate.right))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
+            left, right = column_name(predicate.left), column_name(predicate.right)
+            raise InvalidFilterError(f"cannot compare columns {left} and {right}: {exc}") from None
     arrow_type = _column_type(schema, predicate.column) if schema is not None else None
     field = _field(predicate.column)
     try:
         if isinstance(predicate, Compare):
-            literal = _literal(predicate.value, arrow_type)
-            return {
-                "=": field == literal,
-                "!=": field != literal,
-                "<": field < literal,
-                "<=": field <= literal,
-                ">": field > literal,
-                ">=": field >= literal,
-            }[predicate.op]
+            literal = pc.scalar(coerce_literal(predicate.value, arrow_type))
+            return _COMPARISONS[predicate.op](field, literal)
         if isinstance(predicate, In):
-            values = pa.array(
-                [v.as_py() if isinstance(v, pa.Scalar) else v for v in predicate.values], type=arrow_type
-            )
+            scalars = [coerce_literal(value, arrow_type) for value in predicate.values]
+            values = pa.array([scalar.as_py() for scalar in scalars], type=arrow_type)
             test = field.isin(values)
             return ~test & field.is_valid() if predicate.negated else test
         if isinstance(predicate, IsNull):
             return field.is_valid() if predicate.negated else field.is_null()
         return pc.starts_with(field, pattern=predicate.prefix)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
         raise InvalidFilterError(
             f"the filter on column {column_name(predicate.column)} does not fit its type {arrow_type}: {exc}"
         ) from None

@@ -26,6 +26,7 @@ from replay.data.partition_values import parse_partition_value
 from replay.protocol.predicates import (
     And,
     Compare,
+    CompareColumns,
     In,
     IsNull,
     Not,
@@ -33,6 +34,7 @@ from replay.protocol.predicates import (
     Or,
     Predicate,
     StartsWith,
+    coerce_literal,
     columns_of,
     negate,
 )
@@ -102,7 +104,7 @@ def _evaluate(predicate: Predicate, bounds: Mapping[tuple[str, ...], Bounds | No
         return result
     if isinstance(predicate, Not):
         return _evaluate(negate(predicate.child), bounds, count)
-    if isinstance(predicate, Opaque):
+    if isinstance(predicate, Opaque | CompareColumns):
         return unknown
     column = bounds.get(predicate.column)
     if column is None:
@@ -116,6 +118,8 @@ def _evaluate(predicate: Predicate, bounds: Mapping[tuple[str, ...], Bounds | No
 
 def _literal(value: object, data_type: pa.DataType) -> pa.Scalar:
     """``value`` as a scalar of the column's type; :class:`ValueError` if it does not fit exactly."""
+    if isinstance(value, str) and (pa.types.is_date(data_type) or pa.types.is_timestamp(data_type)):
+        value = coerce_literal(value, data_type)
     scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value)
     if pa.types.is_floating(data_type) and not pa.types.is_floating(scalar.type):
         scalar = scalar.cast(pa.float64())

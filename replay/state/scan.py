@@ -20,6 +20,7 @@ from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
 from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import (
+    PREDICATE_TYPES,
     TRUE,
     DnfTerm,
     InvalidFilterError,
@@ -37,8 +38,9 @@ from replay.state.pruning import prune
 if TYPE_CHECKING:  # pandas is optional: imported by to_pandas only
     import pandas as pd
 
-Filter: TypeAlias = pc.Expression | Sequence[DnfTerm] | Sequence[Sequence[DnfTerm]]
-"""A row filter: a pyarrow expression, or DNF tuples as deltalake and pyarrow take them."""
+Filter: TypeAlias = pc.Expression | Sequence[DnfTerm] | Sequence[Sequence[DnfTerm]] | Predicate
+"""A row filter: a pyarrow expression, DNF tuples as deltalake and pyarrow take them, or a
+:mod:`replay.protocol.predicates` tree (as SQL text and Spark's pushed filters are read into)."""
 
 
 def read_predicate(row_filter: Filter | None, schema: pa.Schema) -> tuple[Predicate, pc.Expression | None]:
@@ -50,16 +52,19 @@ def read_predicate(row_filter: Filter | None, schema: pa.Schema) -> tuple[Predic
         return TRUE, None
     if isinstance(row_filter, pc.Expression):
         return from_expression(row_filter, schema), row_filter
-    if isinstance(row_filter, list | tuple):
+    if isinstance(row_filter, PREDICATE_TYPES):
+        predicate: Predicate = row_filter
+    elif isinstance(row_filter, list | tuple):
         predicate = from_dnf(row_filter)
-        try:
-            return predicate, to_expression(predicate, schema)
-        except KeyError as exc:
-            raise InvalidFilterError(str(exc.args[0])) from None
-    raise InvalidFilterError(
-        f"a filter is a pyarrow.compute.Expression or a list of (column, op, value) tuples, "
-        f"not {type(row_filter).__name__}"
-    )
+    else:
+        raise InvalidFilterError(
+            f"a filter is a pyarrow.compute.Expression, a list of (column, op, value) tuples or a "
+            f"predicate, not {type(row_filter).__name__}"
+        )
+    try:
+        return predicate, to_expression(predicate, schema)
+    except KeyError as exc:
+        raise InvalidFilterError(str(exc.args[0])) from None
 
 
 class Scan:

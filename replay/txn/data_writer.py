@@ -38,7 +38,7 @@ from logstores import open_filesystem
 from replay.protocol.actions import AddFile
 from replay.protocol.errors import DeltaError
 from replay.protocol.paths import resolve_path
-from replay.txn.predicate import parse_predicate
+from replay.protocol.sql_predicate import parse_predicate
 from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, StatisticsCollector
 
 logger = logging.getLogger(__name__)

@@ -39,6 +39,7 @@ from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, AddFile, Metadata, Protocol, RemoveFile, SetTransaction
 from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
 from replay.protocol.schema import PrimitiveType, StructType
+from replay.protocol.sql_predicate import SqlPredicate, parse_predicate
 from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_properties import (
     COLUMN_MAPPING_MODE,
@@ -53,7 +54,6 @@ from replay.state.snapshot import Snapshot
 from replay.txn.committer import commit
 from replay.txn.data_writer import FileWriteSpec, WrittenFile
 from replay.txn.post_commit import run_post_commit_hooks
-from replay.txn.predicate import Predicate, parse_predicate
 from replay.txn.schema_merge import (
     SchemaMismatchError,
     as_nullable,
@@ -310,7 +310,7 @@ def plan_write(
 ) -> WritePlan:
     """Decide a write of data with ``data_schema`` into the table (``snapshot``: its latest
     state, ``None`` for a new table). Raises :class:`SchemaMismatchError`,
-    :class:`~replay.txn.predicate.PredicateError`, :class:`InvalidWriteOptionError`,
+    :class:`~replay.protocol.sql_predicate.PredicateError`, :class:`InvalidWriteOptionError`,
     :class:`UnsupportedTableFeatureError` and Delta's append-only error before anything is written.
     """
     table = io.table_path
@@ -412,7 +412,7 @@ def _mismatch(
     )
 
 
-def _replace_where(options: WriteOptions, metadata: Metadata, table: str) -> Predicate | None:
+def _replace_where(options: WriteOptions, metadata: Metadata, table: str) -> SqlPredicate | None:
     if not options.overwrite or options.replace_where is None:
         return None
     predicate = parse_predicate(options.replace_where).resolve(metadata.schema.field_names)
@@ -461,7 +461,7 @@ def _partition_key_of(metadata: Metadata) -> Callable[[Mapping[str, str | None]]
 
 
 def _partitions_matching(
-    predicate: Predicate, metadata: Metadata
+    predicate: SqlPredicate, metadata: Metadata
 ) -> Callable[[Mapping[str, str | None]], bool]:
     """Whether a file's partition values satisfy ``predicate`` (evaluated once per partition)."""
     key_of = _partition_key_of(metadata)
