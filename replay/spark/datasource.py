@@ -10,19 +10,27 @@ change feed or, without ``readChangeFeed``, the table's appends like Delta's def
 
 ``df.write`` and ``df.writeStream`` write through :mod:`replay.spark.writer`.
 
+Snapshot reads take Spark's pushed filters (:class:`DeltaLogPushdownReader`): partition values
+and file statistics prune the files before partitions are planned, and every filter that
+partition values do not decide exactly goes back to Spark.
+
 The log is read through :func:`logstores.create_log_store` and data files through fsspec +
 pyarrow inside the Python workers, so any storage fsspec reaches works. Storage settings come
-from the Spark conf captured by :func:`register` and from options that look like storage
-settings (``fs.*``, ``spark.hadoop.*``, ``[spark.]delta.logStore.*``,
-``[spark.]io.delta.storage.*``); Spark hands options over in lower case, so Delta's camel-case
-key names are restored (:func:`canonical_key`).
+from the session's settings when a query is planned (:mod:`replay.spark.session_conf`) and from
+options that look like storage settings (``fs.*``, ``spark.hadoop.*``,
+``[spark.]delta.logStore.*``, ``[spark.]io.delta.storage.*``); Spark hands options over in lower
+case, so Delta's camel-case key names are restored (:func:`canonical_key`). A Delta error met in
+a Spark worker reaches the user as one line (:func:`delta_errors_first`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +43,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -74,9 +83,16 @@ from replay.cdc import (
 )
 from replay.data import TableReader
 from replay.delta_log import DeltaLog
+from replay.protocol.arrow_actions import add_actions
 from replay.protocol.errors import DeltaError
+from replay.protocol.predicates import TRUE, And, Predicate
+from replay.spark.filters import to_predicate
+from replay.spark.session_conf import SessionLink
 from replay.spark.writer import WRITE_SESSION_KEYS, batch_writer, stream_writer
+from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "deltalog"
 DELTA_FORMAT_NAME = "delta"
@@ -93,6 +109,9 @@ _CAMEL_CASE_WORDS = ("logStore", "S3DynamoDBLogStore", "tableName", "provisioned
 OUT_OF_RANGE_KEY = "spark.databricks.delta.changeDataFeed.timestampOutOfRange.enabled"
 SESSION_KEYS = (OUT_OF_RANGE_KEY, SCHEMA_MODE_KEY)
 """Delta SQL confs read from the session (or from the read options) besides storage settings."""
+PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
+"""Spark calls a Python reader's ``pushFilters`` only when this is true (and fails the query if the
+reader has one while it is false): :func:`register` turns it on unless the user turned it off."""
 TARGET_PARTITION_BYTES = 128 * 1024 * 1024
 OPEN_COST_BYTES = 4 * 1024 * 1024
 PARALLELISM_HINT = 8
@@ -115,6 +134,35 @@ def storage_conf(conf: Mapping[str, str]) -> dict[str, str]:
     """The entries of a Spark conf (or of options) that configure storage or the LogStore."""
     canonical = {canonical_key(str(key)): str(value) for key, value in conf.items()}
     return {key: value for key, value in canonical.items() if key.startswith(STORAGE_KEY_PREFIXES)}
+
+
+def session_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings of a session the data source uses: storage, Delta's read and write confs and
+    whether Spark pushes filters."""
+    settings = storage_conf(conf)
+    for key in (*SESSION_KEYS, *WRITE_SESSION_KEYS, PUSHDOWN_KEY):
+        if conf.get(key) is not None:
+            settings[key] = str(conf[key])
+    return settings
+
+
+@contextlib.contextmanager
+def delta_errors_first() -> Iterator[None]:
+    """Let a Delta error raised in a Spark Python worker reach the user as its own first line.
+
+    Spark reports an exception of a Python data source as the worker's formatted traceback, so the
+    Delta error class and message would come last, after every frame. A :class:`DeltaError` says
+    what failed and names the thing; its frames only bury it. For such an error the worker is told
+    to report the exception without its traceback (``SPARK_HIDE_TRACEBACK``, read by PySpark when
+    it reports the exception; the worker process ends right after). Other exceptions, bugs
+    included, keep their traceback; outside a Spark worker nothing changes.
+    """
+    try:
+        yield
+    except DeltaError:
+        if os.environ.get("SPARK_PYTHON_RUNTIME") == "PYTHON_WORKER":
+            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -316,11 +364,17 @@ def _record_batches(
 
 # -- batch ----------------------------------------------------------------------------------------
 class DeltaLogBatchReader(DataSourceReader):
-    """Reads a snapshot or a change range; the plan is made once, on the driver side."""
+    """Reads a snapshot or a change range; the plan is made once, on the driver side.
 
-    def __init__(self, settings: ReadSettings, schema: StructType) -> None:
+    ``version`` pins the snapshot that ``schema()`` resolved, so the files read are those of the
+    schema Spark planned with even if the table changed since.
+    """
+
+    def __init__(self, settings: ReadSettings, schema: StructType, version: int | None = None) -> None:
         self.settings = settings
         self.schema = schema
+        self.version = version
+        self.pushed: Predicate = TRUE
         self._plan: tuple[TableReader, list[ChangeRead]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -329,6 +383,11 @@ class DeltaLogBatchReader(DataSourceReader):
         if self._plan is not None:
             state["_plan"] = (self._plan[0], [])
         return state
+
+    def _snapshot(self, delta_log: DeltaLog) -> Snapshot:
+        if self.version is not None:
+            return delta_log.snapshot(version=self.version)
+        return _snapshot(delta_log, self.settings)
 
     def _make_plan(self) -> tuple[TableReader, list[ChangeRead]]:
         settings = self.settings
@@ -346,22 +405,56 @@ class DeltaLogBatchReader(DataSourceReader):
                 return TableReader.for_metadata(delta_log.table_path, delta_log.update().metadata), []
             plan = plan_changes(delta_log, *resolved)
             return plan.reader(settings.conf), plan.reads
-        snapshot = _snapshot(delta_log, settings)
+        return self._snapshot_plan(self._snapshot(delta_log), self.pushed)
+
+    def _snapshot_plan(self, snapshot: Snapshot, pushed: Predicate) -> tuple[TableReader, list[ChangeRead]]:
+        """The files of ``snapshot`` that may hold rows matching ``pushed``, as reads."""
         reader = TableReader.for_metadata(
-            delta_log.table_path, snapshot.metadata, snapshot.protocol, settings.conf
+            snapshot.table_path, snapshot.metadata, snapshot.protocol, self.settings.conf
         )
-        reads = [ChangeRead(add, None, snapshot.version, 0) for add in snapshot.files()]
-        return reader, reads
+        files = snapshot.files_table()
+        if pushed != TRUE:
+            kept = prune(files, pushed, snapshot.config)
+            logger.debug("pushed filters keep %d of %d files of %s", kept.num_rows, files.num_rows, snapshot)
+            files = kept
+        return reader, [ChangeRead(add, None, snapshot.version, 0) for add in add_actions(files)]
 
     def partitions(self) -> Sequence[InputPartition]:
-        if self._plan is None:
-            self._plan = self._make_plan()
-        return split_reads(self._plan[1])
+        with delta_errors_first():
+            if self._plan is None:
+                self._plan = self._make_plan()
+            return split_reads(self._plan[1])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilesPartition)
-        reader, _ = self._plan or self._make_plan()
-        yield from _record_batches(reader, partition, self.settings.read_change_feed, self.schema)
+        with delta_errors_first():
+            reader, _ = self._plan or self._make_plan()
+            yield from _record_batches(reader, partition, self.settings.read_change_feed, self.schema)
+
+
+class DeltaLogPushdownReader(DeltaLogBatchReader):
+    """A snapshot reader that takes Spark's pushed filters (used while Spark pushes them).
+
+    The filters prune the snapshot's files by partition values and statistics before partitions
+    are planned. Spark still applies every filter that this does not decide exactly: all but the
+    filters on partition columns that partition values alone decide for every file
+    (:func:`~replay.state.pruning.decided_by_partition_values`), since statistics only say which
+    files may hold a matching row.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - PySpark's name
+        with delta_errors_first():
+            delta_log = DeltaLog.for_table(self.settings.path, self.settings.conf)
+            snapshot = self._snapshot(delta_log)
+            predicates = [to_predicate(spark_filter, self.schema) for spark_filter in filters]
+            self.pushed = And(tuple(predicates)) if predicates else TRUE
+            self._plan = self._snapshot_plan(snapshot, self.pushed)
+            files, config = snapshot.files_table(), snapshot.config
+            return [
+                spark_filter
+                for spark_filter, predicate in zip(filters, predicates, strict=True)
+                if not decided_by_partition_values(files, predicate, config)
+            ]
 
 
 def _change_read_snapshot(delta_log: DeltaLog, settings: ReadSettings) -> Snapshot:
@@ -475,35 +568,75 @@ class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # -- data source ----------------------------------------------------------------------------------
 class DeltaLogDataSource(DataSource):
-    """``format("deltalog")``: Delta tables read and written through this library (see module docstring)."""
+    """``format("deltalog")``: Delta tables read and written through this library (see module docstring).
+
+    Spark constructs it, and calls ``schema()`` and ``reader()``, in planner processes on the
+    driver host. The session's settings are read there, as the query is planned, through the
+    :class:`~replay.spark.session_conf.SessionLink` that :func:`register` recorded (falling back
+    to the settings captured by :func:`register`). Plan-time checks (options, the table, the
+    version or timestamp) run there too, so their Delta errors never reach an executor.
+    """
 
     format_name: str = FORMAT_NAME
     session_conf: dict[str, str] = {}
-    """Storage and write settings captured from the session by :func:`register`."""
+    """Storage, read and write settings captured from the session by :func:`register`."""
+    session_link: SessionLink | None = None
+    """How planner processes read the session's current settings (set by :func:`register`)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.settings = ReadSettings.from_options(options, self.session_conf)
+        with delta_errors_first():
+            self._link = type(self).session_link
+            current = self._link.settings() if self._link is not None else None
+            self.session_conf = (
+                session_settings(current) if current is not None else dict(type(self).session_conf)
+            )
+            self.settings = ReadSettings.from_options(options, self.session_conf)
+            self.version: int | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as a plain ``DeltaLogDataSource`` with its resolved state: the class
+        :func:`register` made (and its captured settings) stays with Spark's registry."""
+        return (_rebuild, (type(self).format_name, dict(self.__dict__)))
 
     @classmethod
     def name(cls) -> str:
         return cls.format_name
 
     def schema(self) -> StructType:
-        settings = self.settings
-        delta_log = DeltaLog.for_table(settings.path, settings.conf)
-        snapshot = _change_read_snapshot(delta_log, settings) if settings.read_change_feed else None
-        snapshot = snapshot or _snapshot(delta_log, settings)
-        schema_string = snapshot.metadata.schema_string or snapshot.schema.to_json()
-        return spark_schema(schema_string, settings.read_change_feed)
+        with delta_errors_first():
+            settings = self.settings
+            delta_log = DeltaLog.for_table(settings.path, settings.conf)
+            if settings.read_change_feed:
+                snapshot = _change_read_snapshot(delta_log, settings)
+            else:
+                snapshot = _snapshot(delta_log, settings)
+                self.version = snapshot.version
+            schema_string = snapshot.metadata.schema_string or snapshot.schema.to_json()
+            return spark_schema(schema_string, settings.read_change_feed)
+
+    def _release_link(self) -> None:
+        """Forget the session link: what comes next is pickled for executors."""
+        self._link = None
+
+    def pushdown_enabled(self) -> bool:
+        """Whether Spark pushes filters to this query's reader (the session's setting now)."""
+        current = self._link.get(PUSHDOWN_KEY, "false") if self._link is not None else None
+        value = current if current is not None else self.session_conf.get(PUSHDOWN_KEY, "false")
+        return value.strip().lower() == "true"
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DeltaLogBatchReader(self.settings, schema)
+        pushdown = self.pushdown_enabled() and not self.settings.read_change_feed
+        self._release_link()
+        reader_class = DeltaLogPushdownReader if pushdown else DeltaLogBatchReader
+        return reader_class(self.settings, schema, self.version)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
+        self._release_link()
         return DeltaLogStreamReader(self.settings, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        self._release_link()
         settings = self.settings
         return batch_writer(
             settings.path,
@@ -515,6 +648,7 @@ class DeltaLogDataSource(DataSource):
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - PySpark's name
+        self._release_link()
         settings = self.settings
         return stream_writer(
             settings.path,
@@ -524,6 +658,14 @@ class DeltaLogDataSource(DataSource):
             options=dict(self.options),
             session_conf=self.session_conf,
         )
+
+
+def _rebuild(format_name: str, state: dict[str, Any]) -> DeltaLogDataSource:
+    """A data source unpickled from :meth:`DeltaLogDataSource.__reduce__`."""
+    source = DeltaLogDataSource.__new__(DeltaLogDataSource)
+    source.__dict__.update(state)
+    source.format_name = format_name
+    return source
 
 
 def delta_source_on_classpath(spark: SparkSession) -> bool:
@@ -537,33 +679,49 @@ def delta_source_on_classpath(spark: SparkSession) -> bool:
     return True
 
 
-def _configured(name: str, format_name: str, conf: dict[str, str]) -> type[DeltaLogDataSource]:
+def _configured(
+    name: str, format_name: str, conf: dict[str, str], link: SessionLink | None
+) -> type[DeltaLogDataSource]:
     attributes = {
         "format_name": format_name,
         "session_conf": conf,
+        "session_link": link,
         "__module__": __name__,
         "__qualname__": name,
     }
     return type(name, (DeltaLogDataSource,), attributes)
 
 
-def register(spark: SparkSession) -> type[DeltaLogDataSource]:
-    """Register the ``deltalog`` format on ``spark`` with its current storage and write settings,
-    and ``delta`` as well when Delta Lake's own data source is not on the classpath (so existing
-    ``format("delta")`` code runs unchanged).
-
-    Call again after changing storage settings in the session conf. Returns the ``deltalog`` class.
-    """
-    conf = storage_conf(to_conf_dict(spark))
+def _captured_settings(spark: SparkSession) -> dict[str, str]:
+    conf = to_conf_dict(spark)
     for key in (*SESSION_KEYS, *WRITE_SESSION_KEYS):
-        try:
-            value = spark.conf.get(key, None)
-        except Exception:  # noqa: BLE001 - Spark Connect or a missing key: keep the default
-            value = None
-        if value is not None:
-            conf[key] = str(value)
-    configured = _configured("ConfiguredDeltaLogDataSource", FORMAT_NAME, conf)
+        if key not in conf:
+            try:
+                value = spark.conf.get(key, None)
+            except Exception:  # noqa: BLE001 - Spark Connect or a missing key: keep the default
+                value = None
+            if value is not None:
+                conf[key] = str(value)
+    return session_settings(conf)
+
+
+def register(spark: SparkSession) -> type[DeltaLogDataSource]:
+    """Register the ``deltalog`` format on ``spark``, and ``delta`` as well when Delta Lake's own
+    data source is not on the classpath (so existing ``format("delta")`` code runs unchanged).
+
+    Turns on filter pushdown for Python data sources in the session
+    (``spark.sql.python.filterPushdown.enabled``) unless it has been turned off explicitly; with it
+    off, reads work without pushdown. Settings changed in the session later (storage keys, Delta
+    confs, pushdown) apply to the next query: they are read when a query is planned. Returns the
+    ``deltalog`` class.
+    """
+    conf = _captured_settings(spark)
+    if conf.get(PUSHDOWN_KEY, "").strip().lower() != "false":
+        spark.conf.set(PUSHDOWN_KEY, "true")
+        conf[PUSHDOWN_KEY] = "true"
+    link = SessionLink.of(spark)
+    configured = _configured("ConfiguredDeltaLogDataSource", FORMAT_NAME, conf, link)
     spark.dataSource.register(configured)
     if not delta_source_on_classpath(spark):
-        spark.dataSource.register(_configured("ConfiguredDeltaDataSource", DELTA_FORMAT_NAME, conf))
+        spark.dataSource.register(_configured("ConfiguredDeltaDataSource", DELTA_FORMAT_NAME, conf, link))
     return configured

@@ -36,6 +36,7 @@ from replay.protocol.predicates import (
     StartsWith,
     coerce_literal,
     columns_of,
+    has_opaque,
     negate,
 )
 from replay.protocol.schema import DataType, PrimitiveType, StructField, StructType, arrow_type
@@ -75,18 +76,58 @@ class Bounds:
         return pc.less(self.nulls, self.records)
 
 
-def may_match(files: pa.Table, predicate: Predicate, config: TableConfiguration) -> pa.Array:
-    """A boolean per file of ``files`` (the snapshot form): false where no row can match."""
+def evaluate(files: pa.Table, predicate: Predicate, config: TableConfiguration) -> pa.Array:
+    """A three-valued verdict per file of ``files`` (the snapshot form): false where no row can
+    match, true where every row must, null where the metadata cannot tell."""
     if files.num_rows == 0:
         return pa.array([], pa.bool_())
     bounds = _column_bounds(files, sorted(columns_of(predicate)), config)
-    result = _evaluate(predicate, bounds, files.num_rows)
-    return pc.fill_null(result, True)
+    return _evaluate(predicate, bounds, files.num_rows)
+
+
+def may_match(files: pa.Table, predicate: Predicate, config: TableConfiguration) -> pa.Array:
+    """A boolean per file of ``files`` (the snapshot form): false where no row can match."""
+    return pc.fill_null(evaluate(files, predicate, config), True)
 
 
 def prune(files: pa.Table, predicate: Predicate, config: TableConfiguration) -> pa.Table:
     """The rows of ``files`` that may hold rows matching ``predicate``."""
     return files.filter(may_match(files, predicate, config))
+
+
+EXACT_PARTITION_TYPES = ("byte", "short", "integer", "long", "string", "boolean", "date")
+"""Partition column types whose values compare exactly as SQL compares them (and decimals):
+no floating-point slack or NaN, no time zone in the value's spelling."""
+
+
+def decided_by_partition_values(files: pa.Table, predicate: Predicate, config: TableConfiguration) -> bool:
+    """Whether ``predicate`` is decided for every row of ``files`` by partition values alone.
+
+    True when it reads only top-level partition columns of exactly comparable types
+    (:data:`EXACT_PARTITION_TYPES` and decimals) and every file gets a verdict: then the files
+    :func:`prune` keeps hold only matching rows, and the rows need no further filtering.
+    """
+    if has_opaque(predicate) or _compares_columns(predicate):
+        return False
+    schema = config.metadata.schema
+    partition_columns = set(config.metadata.partition_columns)
+    for path in columns_of(predicate):
+        if len(path) != 1 or path[0] not in partition_columns:
+            return False
+        data_type = schema.field(path[0]).type
+        if not isinstance(data_type, PrimitiveType):
+            return False
+        if data_type.name not in EXACT_PARTITION_TYPES and not data_type.is_decimal:
+            return False
+    return evaluate(files, predicate, config).null_count == 0
+
+
+def _compares_columns(predicate: Predicate) -> bool:
+    if isinstance(predicate, And | Or):
+        return any(_compares_columns(child) for child in predicate.children)
+    if isinstance(predicate, Not):
+        return _compares_columns(predicate.child)
+    return isinstance(predicate, CompareColumns)
 
 
 # -- evaluation -----------------------------------------------------------------------------------

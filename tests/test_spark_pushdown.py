@@ -1,0 +1,272 @@
+"""Filter pushdown, session settings read at planning time, and one-line Delta errors in Spark.
+
+Pruning is proven by deleting data files: a copy of a table loses every data file that holds no
+row matching the query, and the query must still succeed with the right rows (opening a deleted
+file fails the query). Queries run on a real local Spark through the ``deltalog`` source.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import write_deltalake
+from pyspark.cloudpickle import dumps
+from pyspark.errors import AnalysisException
+from pyspark.sql.datasource import (
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    In,
+    IsNotNull,
+    LessThan,
+    Not,
+    StringEndsWith,
+    StringStartsWith,
+)
+
+from replay.delta_log import DeltaLog
+from replay.spark import register
+from replay.spark.datasource import (
+    PUSHDOWN_KEY,
+    DeltaLogBatchReader,
+    DeltaLogPushdownReader,
+    ReadSettings,
+    spark_schema,
+)
+from replay.spark.session_conf import SessionLink
+from replay.txn.write import write_table
+from tests.paths import GOLDEN_ROOT
+
+pytestmark = pytest.mark.spark
+
+ROWS_PER_FILE = 25
+COLUMN_MAPPING = GOLDEN_ROOT / "delta-rs/table_with_column_mapping/delta"
+
+
+@pytest.fixture(scope="module")
+def deltalog(spark: Any) -> Iterator[Any]:
+    register(spark)
+    yield spark
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 partitions (``part``) of 4 files each; ``id`` and ``name`` sorted and consecutive across files."""
+    path = tmp_path_factory.mktemp("pushdown") / "table"
+    for part in range(4):
+        ids = list(range(part * 100, part * 100 + 100))
+        rows = {
+            "id": pa.array(ids, pa.int64()),
+            "part": pa.array([part] * len(ids), pa.int32()),
+            "name": [f"n{i:04d}" for i in ids],
+        }
+        write_table(str(path), pa.table(rows), partition_by=["part"], max_rows_per_file=ROWS_PER_FILE)
+    return path
+
+
+def data_files(path: Path) -> list[Path]:
+    return [path / add.path for add in DeltaLog.for_table(str(path)).snapshot().files()]
+
+
+def copy_without_unmatched(source: Path, target: Path, matches: Callable[[dict[str, Any]], bool]) -> int:
+    """Copy a table and delete every data file holding no matching row; the number deleted."""
+    shutil.copytree(source, target)
+    snapshot = DeltaLog.for_table(str(target)).snapshot()
+    partitions = {target / add.path: add.partition_values for add in snapshot.files()}
+    deleted = 0
+    for file, values in partitions.items():
+        rows = [{**row, **_typed(values)} for row in pq.read_table(file).to_pylist()]
+        if not any(matches(row) for row in rows):
+            file.unlink()
+            deleted += 1
+    return deleted
+
+
+def _typed(values: dict[str, str | None]) -> dict[str, Any]:
+    return {key: int(value) if value and value.isdigit() else value for key, value in values.items()}
+
+
+def rows_of(frame: Any) -> list[tuple[Any, ...]]:
+    return sorted((tuple(row) for row in frame.collect()), key=repr)
+
+
+def spark_side_filters(frame: Any) -> str:
+    """The conditions Spark still evaluates after the scan (the executed plan's Filter nodes)."""
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    return " ".join(line for line in plan.splitlines() if re.search(r"\bFilter \(", line))
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("part = 2", lambda r: r["part"] == 2, None),
+        ("part IN (1, 3) AND NOT part = 3", lambda r: r["part"] == 1, None),
+        ("id >= 230 AND id < 240", lambda r: 230 <= r["id"] < 240, "id"),
+        ("name LIKE 'n031%' AND part <=> 3", lambda r: r["name"].startswith("n031"), "name"),
+        ("part != 0 AND id < 120 AND name IS NOT NULL", lambda r: r["part"] != 0 and r["id"] < 120, "id"),
+    ],
+)
+def test_filters_prune_partitions_and_statistics(
+    deltalog: Any, table: Path, tmp_path: Path, case: tuple[str, Callable[[dict[str, Any]], bool], str | None]
+) -> None:
+    where, matches, left_to_spark = case
+    everything = DeltaLog.for_table(str(table)).snapshot().to_arrow().to_pylist()
+    expected = sorted((tuple(row.values()) for row in everything if matches(row)), key=repr)
+    copy = tmp_path / "copy"
+    assert copy_without_unmatched(table, copy, matches) >= 12  # of 16 files
+    frame = deltalog.read.format("deltalog").load(str(copy)).where(where)
+    assert rows_of(frame) == expected and expected
+    filters = spark_side_filters(frame)
+    if left_to_spark is None:  # decided by partition values: Spark does not filter again
+        assert "part" not in filters
+    else:  # statistics only tell which files may match: the filter goes back to Spark
+        assert left_to_spark in filters and "(part" not in filters
+
+
+def test_column_mapping_partition_values_and_statistics_prune(deltalog: Any, tmp_path: Path) -> None:
+    everything = DeltaLog.for_table(str(COLUMN_MAPPING)).snapshot().to_arrow().to_pylist()
+    for index, (where, matches) in enumerate(
+        [
+            ("`Company Very Short` = 'BMS'", lambda r: r["Company Very Short"] == "BMS"),
+            ("`Super Name` = 'Timothy Lamb'", lambda r: r["Super Name"] == "Timothy Lamb"),
+        ]
+    ):
+        copy = tmp_path / f"copy{index}"
+        shutil.copytree(COLUMN_MAPPING, copy)
+        for add in DeltaLog.for_table(str(copy)).snapshot().files():
+            [company] = add.partition_values.values()  # keyed by the physical name
+            if not any(matches(row) for row in everything if row["Company Very Short"] == company):
+                (copy / add.path).unlink()
+        assert len(list(copy.rglob("*.parquet"))) == 1
+        frame = deltalog.read.format("deltalog").load(str(copy)).where(where)
+        expected = sorted((tuple(row.values()) for row in everything if matches(row)), key=repr)
+        assert rows_of(frame) == expected and expected
+
+
+def test_nan_satisfies_spark_comparisons_that_statistics_leave_out(deltalog: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "nan")
+    write_deltalake(path, pa.table({"x": pa.array([1.0, math.nan, 3.0])}))  # statistics: max 3.0
+    assert '"maxValues":{"x":3.0}' in (DeltaLog.for_table(path).snapshot().files()[0].stats or "")
+    frame = deltalog.read.format("deltalog").load(path)
+    assert [row.x for row in frame.where("x > 5").collect()] == [pytest.approx(math.nan, nan_ok=True)]
+    assert sorted(row.x for row in frame.where("x < 2").collect()) == [1.0]
+
+
+def test_push_filters_returns_what_partition_values_do_not_decide(table: Path) -> None:
+    snapshot = DeltaLog.for_table(str(table)).snapshot()
+    schema = spark_schema(snapshot.metadata.schema_string, change_feed=False)
+    reader = DeltaLogPushdownReader(ReadSettings.from_options({"path": str(table)}, {}), schema)
+    filters: list[Filter] = [
+        Not(EqualTo(("part",), 0)),
+        In(("part",), (1, 2, None)),  # true for 1 and 2, null otherwise: decided exactly
+        IsNotNull(("part",)),
+        EqualNullSafe(("part",), 2),
+        GreaterThan(("id",), 205),  # statistics: may match, not exact
+        LessThan(("id",), 215),
+        StringStartsWith(("name",), "n02"),
+        StringEndsWith(("name",), "9"),  # cannot prune
+        EqualTo(("nope",), 1),  # not a column
+    ]
+    remaining = list(reader.pushFilters(filters))
+    assert [id(f) for f in remaining] == [id(f) for f in filters[4:]]
+    reads = reader.partitions()
+    files = sorted(read.file.path for partition in reads for read in partition.reads)  # type: ignore[attr-defined]
+    first = [
+        add.path for add in snapshot.files() if orjson.loads(add.stats or "{}")["minValues"]["id"] == 200
+    ]
+    assert files == first  # the one file (ids 200..224) that may hold ids 206..214
+    with_null = DeltaLogPushdownReader(ReadSettings.from_options({"path": str(table)}, {}), schema)
+    assert list(with_null.pushFilters([Not(In(("part",), (1, None)))])) == []  # never true
+    assert with_null.partitions() == []
+
+
+def test_pushdown_turned_off_reads_without_it(deltalog: Any, table: Path) -> None:
+    before = deltalog.read.format("deltalog").load(str(table))  # planned while pushdown is on
+    expected = sorted(((i, 2, f"n{i:04d}") for i in range(200, 300)), key=repr)
+    deltalog.conf.set(PUSHDOWN_KEY, "false")
+    try:
+        after = deltalog.read.format("deltalog").load(str(table)).where("part = 2")
+        assert rows_of(after) == expected
+        assert rows_of(before.where("part = 2")) == expected
+        assert "part" in spark_side_filters(after)  # Spark filters every row itself
+    finally:
+        deltalog.conf.set(PUSHDOWN_KEY, "true")
+
+
+def test_register_respects_pushdown_turned_off_and_the_reader_follows_the_session(deltalog: Any) -> None:
+    deltalog.conf.set(PUSHDOWN_KEY, "false")
+    try:
+        source = register(deltalog)
+        assert deltalog.conf.get(PUSHDOWN_KEY) == "false"
+        instance = source({"path": str(COLUMN_MAPPING)})
+        schema = instance.schema()
+        assert type(instance.reader(schema)) is DeltaLogBatchReader
+        deltalog.conf.set(PUSHDOWN_KEY, "true")
+        assert type(source({"path": str(COLUMN_MAPPING)}).reader(schema)) is DeltaLogPushdownReader
+    finally:
+        deltalog.conf.unset(PUSHDOWN_KEY)
+        register(deltalog)
+    assert deltalog.conf.get(PUSHDOWN_KEY) == "true"
+
+
+def test_the_session_link_stays_on_the_driver(deltalog: Any) -> None:
+    link = SessionLink.of(deltalog)
+    assert link is not None and link.secret and link.secret not in repr(link)
+    deltalog.conf.set("spark.hadoop.fs.s3a.endpoint.region", "eu-north-1")
+    try:
+        assert (link.settings() or {}).get("spark.hadoop.fs.s3a.endpoint.region") == "eu-north-1"
+    finally:
+        deltalog.conf.unset("spark.hadoop.fs.s3a.endpoint.region")
+    source = register(deltalog)
+    instance = source({"path": str(COLUMN_MAPPING)})
+    reader = instance.reader(instance.schema())
+    secret = link.secret.encode()
+    assert secret not in dumps(instance) and secret not in dumps(reader)
+
+
+def test_storage_settings_set_after_register_apply_to_the_next_query(deltalog: Any, moto_server: Any) -> None:
+    bucket = moto_server.create_bucket()
+    uri = f"s3a://{bucket}/table"
+    conf = moto_server.s3a_conf()
+    rows = pa.table({"id": pa.array(range(10), pa.int64()), "p": [i % 2 for i in range(10)]})
+    write_table(uri, rows, conf=conf, partition_by=["p"])
+    for key, value in conf.items():
+        deltalog.conf.set(key, value)
+    try:
+        frame = deltalog.read.format("deltalog").load(uri).where("p = 1 AND id > 2")
+        assert sorted(row.id for row in frame.collect()) == [3, 5, 7, 9]
+    finally:
+        for key in conf:
+            deltalog.conf.unset(key)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ({"versionAsOf": "99"}, "table", r"VersionNotFoundError: \[DELTA_VERSION_NOT_FOUND\] Cannot time"),
+        ({}, "missing", r"TableNotFoundError: \[DELTA_MISSING_DELTA_TABLE\] file://\S+/missing is not"),
+        ({"readChangeFeed": "yes"}, "table", r"InvalidOptionError: \[DELTA_ILLEGAL_OPTION\] Invalid value"),
+    ],
+)
+def test_delta_errors_are_the_first_line_spark_shows(
+    deltalog: Any, table: Path, tmp_path: Path, case: tuple[dict[str, str], str, str]
+) -> None:
+    options, path, error = case
+    location = table if path == "table" else tmp_path / path
+    with pytest.raises(AnalysisException) as info:
+        deltalog.read.format("deltalog").options(**options).load(str(location)).collect()
+    message = str(info.value)
+    first_line = message.splitlines()[0]
+    prefix = r"\[PYTHON_DATA_SOURCE_ERROR\] Failed to create Python data source instance: replay\.[\w.]+"
+    assert re.match(prefix + error, first_line), message
+    assert "Traceback" not in message
