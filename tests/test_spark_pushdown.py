@@ -133,6 +133,12 @@ def test_filters_prune_partitions_and_statistics(
         assert left_to_spark in filters and "(part" not in filters
 
 
+def test_a_query_no_file_can_match_reads_nothing(deltalog: Any, table: Path) -> None:
+    frame = deltalog.read.format("deltalog").load(str(table))
+    assert frame.where("part = 9").count() == 0  # no partition left: Spark plans one empty one
+    assert frame.where("id > 1000").collect() == []
+
+
 def test_column_mapping_partition_values_and_statistics_prune(deltalog: Any, tmp_path: Path) -> None:
     everything = DeltaLog.for_table(str(COLUMN_MAPPING)).snapshot().to_arrow().to_pylist()
     for index, (where, matches) in enumerate(

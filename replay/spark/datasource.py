@@ -426,7 +426,8 @@ class DeltaLogBatchReader(DataSourceReader):
             return split_reads(self._plan[1])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FilesPartition)
+        if not isinstance(partition, FilesPartition):  # Spark plans one empty partition for none
+            return
         with delta_errors_first():
             reader, _ = self._plan or self._make_plan()
             yield from _record_batches(reader, partition, self.settings.read_change_feed, self.schema)
