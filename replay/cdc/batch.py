@@ -12,6 +12,7 @@ reads them concurrently into one Arrow table with the read schema.
 
 from __future__ import annotations
 
+import datetime as _dt
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, CommitInfo, Metadata, Protocol
 from replay.protocol.errors import DataLossError, VersionNotFoundError
 from replay.protocol.filenames import delta_file
-from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.protocol.timestamps import UTC, Timestamp, to_datetime, to_timestamp_ms
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 from replay.state.table_log import TableLog
@@ -146,23 +147,23 @@ def _deletion_vector(read: ChangeRead) -> object:
 
 # -- version ranges ---------------------------------------------------------------------------
 def starting_version_for_timestamp(
-    delta_log: TableLog, timestamp_ms: int, *, allow_out_of_range: bool = False
+    delta_log: TableLog, timestamp_ms: int, *, allow_out_of_range: bool = False, zone: _dt.tzinfo = UTC
 ) -> int:
     """The first version committed at or after ``timestamp_ms`` (streaming start semantics).
 
     A timestamp before the earliest commit gives the earliest version. One after the latest
-    commit raises :class:`replay.protocol.errors.TimestampOutOfRangeError` unless ``allow_out_of_range``
-    (then it gives latest + 1).
+    commit raises :class:`replay.protocol.errors.TimestampOutOfRangeError` (showing times in
+    ``zone``) unless ``allow_out_of_range`` (then it gives latest + 1).
     """
     version = delta_log.version_at_timestamp(
-        timestamp_ms, can_return_last_commit=True, can_return_earliest_commit=True
+        timestamp_ms, can_return_last_commit=True, can_return_earliest_commit=True, zone=zone
     )
     if delta_log.commit_timestamp(version) >= timestamp_ms:
         return version
     if version + 1 <= delta_log.latest_version() or allow_out_of_range:
         return version + 1
     # Let the time-travel lookup raise its "after the latest version" error.
-    delta_log.version_at_timestamp(timestamp_ms)
+    delta_log.version_at_timestamp(timestamp_ms, zone=zone)
     return version + 1
 
 
@@ -189,8 +190,11 @@ def resolve_change_range(
     if starting_version is not None:
         start = int(starting_version)
     elif starting_timestamp is not None:
-        start_ts = to_timestamp_ms(starting_timestamp)
-        start = starting_version_for_timestamp(delta_log, start_ts, allow_out_of_range=allow_out_of_range)
+        start_moment = to_datetime(starting_timestamp)
+        start_ts = to_timestamp_ms(start_moment)
+        start = starting_version_for_timestamp(
+            delta_log, start_ts, allow_out_of_range=allow_out_of_range, zone=start_moment.tzinfo or UTC
+        )
     else:
         raise table_error(
             InvalidCDCRangeError,
@@ -200,8 +204,11 @@ def resolve_change_range(
     if ending_version is not None:
         end = int(ending_version)
     elif ending_timestamp is not None:
-        end_ts = to_timestamp_ms(ending_timestamp)
-        end = delta_log.version_at_timestamp(end_ts, can_return_last_commit=allow_out_of_range)
+        end_moment = to_datetime(ending_timestamp)
+        end_ts = to_timestamp_ms(end_moment)
+        end = delta_log.version_at_timestamp(
+            end_ts, can_return_last_commit=allow_out_of_range, zone=end_moment.tzinfo or UTC
+        )
     else:
         end = latest
     if start > latest:
