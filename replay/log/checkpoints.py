@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,13 +179,18 @@ def _read_other_actions(parquet: pq.ParquetFile) -> list[dict[str, Any]]:
     return rows
 
 
-def read_parquet_checkpoint(store: LogStore, path: str, *, file_rows_only: bool = False) -> CheckpointData:
+def read_parquet_checkpoint(
+    store: LogStore, status: FileStatus, *, file_rows_only: bool = False
+) -> CheckpointData:
     """Read one Parquet checkpoint file (classic part, V2 top-level or sidecar).
 
-    Raises :class:`CorruptLogError` naming ``path`` if it cannot be read.
+    ``status`` comes from a listing (or a sidecar action): the store opens the file knowing its
+    size (:meth:`~logstores.base.LogStore.open_file`), so an object store reads it without a HEAD.
+    Raises :class:`CorruptLogError` naming the file if it cannot be read.
     """
+    path = status.path
     try:
-        with store.open_input(path) as stream:
+        with store.open_file(status) as stream:
             parquet = pq.ParquetFile(stream)
             data = CheckpointData(files=[path])
             adds = _read_file_rows(parquet, "add", [*ADD_ARROW_TYPE.names, STATS_PARSED])
@@ -224,7 +229,7 @@ def read_checkpoint(
     if instance.format == CheckpointFormat.V2 and paths[0].endswith(".json"):
         parts = [read_json_checkpoint(io.store, paths[0])]
     else:
-        parts = _map(executor, lambda p: read_parquet_checkpoint(io.store, p), paths)
+        parts = _map(executor, lambda s: read_parquet_checkpoint(io.store, s), files)
     data = CheckpointData()
     for part in parts:
         data.adds += part.adds
@@ -238,9 +243,9 @@ def read_checkpoint(
                 f"checkpoint {paths[0]} lists sidecar files but has no checkpointMetadata action",
                 path=paths[0],
             )
-        sidecar_paths = [filenames.sidecar_file(io.log_path, sidecar["path"]) for sidecar in sidecars]
+        sidecar_files = [sidecar_status(io.log_path, sidecar) for sidecar in sidecars]
         for part in _map(
-            executor, lambda p: read_parquet_checkpoint(io.store, p, file_rows_only=True), sidecar_paths
+            executor, lambda s: read_parquet_checkpoint(io.store, s, file_rows_only=True), sidecar_files
         ):
             data.adds += part.adds
             data.removes += part.removes
@@ -248,8 +253,17 @@ def read_checkpoint(
     return data
 
 
+def sidecar_status(log_path: str, sidecar: Mapping[str, Any]) -> FileStatus:
+    """The file of a ``sidecar`` action of the log at ``log_path``, with the size and time it records."""
+    return FileStatus(
+        filenames.sidecar_file(log_path, sidecar["path"]),
+        int(sidecar.get("sizeInBytes") or 0),
+        int(sidecar.get("modificationTime") or 0),
+    )
+
+
 def _map(
-    executor: Executor | None, function: Callable[[str], CheckpointData], items: Sequence[str]
+    executor: Executor | None, function: Callable[[FileStatus], CheckpointData], items: Sequence[FileStatus]
 ) -> list[CheckpointData]:
     if executor is None or len(items) <= 1:
         return [function(item) for item in items]
