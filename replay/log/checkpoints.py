@@ -163,14 +163,17 @@ def _may_hold_values(metadata: pq.FileMetaData, group: int, column: str) -> bool
     return False
 
 
-def _read_other_actions(parquet: pq.ParquetFile) -> list[dict[str, Any]]:
-    """The non-file actions (protocol, metadata, txn ...) of a Parquet checkpoint as dicts.
+def _read_other_actions(
+    parquet: pq.ParquetFile, kinds: Sequence[str] = NON_FILE_COLUMNS
+) -> list[dict[str, Any]]:
+    """The non-file actions (protocol, metadata, txn ...; those of ``kinds``) of a Parquet checkpoint
+    as dicts.
 
     They are a handful of rows among millions: row groups are read one at a time and skipped
     when their statistics show the columns hold only nulls.
     """
     names = parquet.schema_arrow.names
-    columns = [name for name in NON_FILE_COLUMNS if name in names]
+    columns = [name for name in kinds if name in names]
     rows: list[dict[str, Any]] = []
     for group in range(parquet.num_row_groups):
         wanted = [name for name in columns if _may_hold_values(parquet.metadata, group, name)]
@@ -206,6 +209,38 @@ def read_parquet_checkpoint(
         raise CorruptLogError(f"checkpoint file {path} is missing: {exc}", path=path) from exc
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise CorruptLogError(f"cannot read checkpoint file {path}: {exc}", path=path) from exc
+
+
+DESCRIPTION_COLUMNS = ("protocol", "metaData")
+
+
+def read_checkpoint_description(io: TableIO, files: Sequence[FileStatus]) -> list[dict[str, Any]]:
+    """The ``protocol`` and ``metaData`` actions of a complete checkpoint, as dicts.
+
+    Only those two columns of the Parquet parts are decoded, and V2 sidecars (which hold file
+    actions only) are not read. Raises :class:`CorruptLogError` naming the file that cannot be read.
+    """
+    actions: list[dict[str, Any]] = []
+    for status in files:
+        if status.path.endswith(".json"):
+            rows = read_json_checkpoint(io.store, status.path).actions
+            actions += [row for row in rows if any(row.get(name) is not None for name in DESCRIPTION_COLUMNS)]
+            continue
+        try:
+            with io.store.open_file(status) as stream:
+                parquet = pq.ParquetFile(stream)
+                actions += _read_other_actions(parquet, DESCRIPTION_COLUMNS)
+        except FileNotFoundError as exc:
+            raise CorruptLogError(
+                f"checkpoint file {status.path} is missing: {exc}", path=status.path
+            ) from exc
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            raise CorruptLogError(
+                f"cannot read checkpoint file {status.path}: {exc}", path=status.path
+            ) from exc
+        if {name for action in actions for name in action} >= set(DESCRIPTION_COLUMNS):
+            break  # a checkpoint holds one of each: the remaining parts are not read
+    return actions
 
 
 def read_json_checkpoint(store: LogStore, path: str) -> CheckpointData:
