@@ -167,6 +167,44 @@ def test_gcs_list_from_uses_start_offset(gcs_server: GCSServer, fault_proxy: Pro
     assert len(proxy.requests) == 1
 
 
+def test_azure_list_from_sends_one_listing_from_start_from(
+    azurite: Azurite, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(azurite.endpoint)
+    store = AzureLogStore(azurite.conf(proxy.endpoint))
+    table = f"abfs://{azurite.create_container()}/t"
+    log = f"{table}/_delta_log"
+    for version in range(25):
+        store.write(f"{log}/{commit_name(version)}", ["x"], overwrite=True)
+    store.write(f"{table}/_delta_log_sibling/{commit_name(30)}", ["x"], overwrite=True)
+
+    proxy.requests.clear()
+    assert [s.name for s in store.list_from(f"{log}/{commit_name(20)}")] == [
+        commit_name(v) for v in range(20, 25)
+    ]
+    [listing] = proxy.requests  # adlfs's own ls sends one request for "_delta_log" and one for "_delta_log/"
+    assert "comp=list" in listing.path and "prefix=t/_delta_log/&" in listing.path
+    assert f"startFrom=t/_delta_log/{commit_name(20)}" in listing.path
+
+
+def test_azure_list_from_without_start_from_support(azurite: Azurite, fault_proxy: ProxyFactory) -> None:
+    """A service that refuses ``startFrom`` (an older API version) gets whole-prefix listings."""
+    proxy = fault_proxy(azurite.endpoint)
+    store = AzureLogStore(azurite.conf(proxy.endpoint))
+    log = f"abfs://{azurite.create_container()}/t/_delta_log"
+    for version in range(5):
+        store.write(f"{log}/{commit_name(version)}", ["x"], overwrite=True)
+    proxy.faults.append(Fault("GET", "startFrom=", status=400, landed=False))
+
+    proxy.requests.clear()
+    for _ in range(2):
+        assert [s.name for s in store.list_from(f"{log}/{commit_name(3)}")] == [
+            commit_name(3),
+            commit_name(4),
+        ]
+    assert ["startFrom=" in r.path for r in proxy.requests] == [True, False, False]
+
+
 def test_key_before_matches_delta() -> None:
     assert key_before("b") == "a"
     assert key_before("aa/ab") == "aa/aa"
