@@ -100,7 +100,11 @@ def _check_log(uri: str, conf: dict[str, str], acks: list[Path]) -> tuple[int, i
     removed = store.delete_stale_temp_files(log.log_path, older_than_s=0)
     names = [status.name for status in store.list_from(f"{log.log_path}/.") if not status.is_dir]
     latest = log.latest_version()
-    assert names == [f"{version:020d}.json" for version in range(latest + 1)], (removed, names)
+    commits = [name for name in names if name.endswith(".json")]  # checkpoints come from post-commit hooks
+    assert commits == [f"{version:020d}.json" for version in range(latest + 1)], (removed, names)
+    assert all(
+        name.endswith((".json", ".checkpoint.parquet")) or name == "_last_checkpoint" for name in names
+    )
     committed: dict[str, int] = {}
     per_version = Counter[int]()
     for version in range(1, latest + 1):  # read_version parses every line: a torn file raises

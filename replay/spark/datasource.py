@@ -21,11 +21,16 @@ options that look like storage settings (``fs.*``, ``spark.hadoop.*``,
 ``[spark.]delta.logStore.*``, ``[spark.]io.delta.storage.*``); Spark hands options over in lower
 case, so Delta's camel-case key names are restored (:func:`canonical_key`). A Delta error met in
 a Spark worker reaches the user as one line (:func:`delta_errors_first`).
+
+Timestamp options are read as Spark casts a string to a timestamp, as Delta reads them: a time
+without a zone is in the session time zone (``spark.sql.session.timeZone``), an explicit offset,
+``Z`` or region is kept, and errors show times in the zone the timestamp was read in.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import logging
 import math
 import os
@@ -86,6 +91,7 @@ from replay.delta_log import DeltaLog
 from replay.protocol.arrow_actions import add_actions
 from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import TRUE, And, Predicate
+from replay.protocol.timestamps import UTC, parse_zone, to_datetime
 from replay.spark.filters import to_predicate
 from replay.spark.session_conf import SessionLink
 from replay.spark.writer import WRITE_SESSION_KEYS, batch_writer, stream_writer
@@ -109,6 +115,8 @@ _CAMEL_CASE_WORDS = ("logStore", "S3DynamoDBLogStore", "tableName", "provisioned
 OUT_OF_RANGE_KEY = "spark.databricks.delta.changeDataFeed.timestampOutOfRange.enabled"
 SESSION_KEYS = (OUT_OF_RANGE_KEY, SCHEMA_MODE_KEY)
 """Delta SQL confs read from the session (or from the read options) besides storage settings."""
+TIME_ZONE_KEY = "spark.sql.session.timeZone"
+"""The zone timestamp options without one are read in (from the session, or from the read options)."""
 PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
 """Spark calls a Python reader's ``pushFilters`` only when this is true (and fails the query if the
 reader has one while it is false): :func:`register` turns it on unless the user turned it off."""
@@ -137,10 +145,10 @@ def storage_conf(conf: Mapping[str, str]) -> dict[str, str]:
 
 
 def session_settings(conf: Mapping[str, str]) -> dict[str, str]:
-    """The settings of a session the data source uses: storage, Delta's read and write confs and
-    whether Spark pushes filters."""
+    """The settings of a session the data source uses: storage, Delta's read and write confs, the
+    session time zone and whether Spark pushes filters."""
     settings = storage_conf(conf)
-    for key in (*SESSION_KEYS, *WRITE_SESSION_KEYS, PUSHDOWN_KEY):
+    for key in (*SESSION_KEYS, *WRITE_SESSION_KEYS, TIME_ZONE_KEY, PUSHDOWN_KEY):
         if conf.get(key) is not None:
             settings[key] = str(conf[key])
     return settings
@@ -174,11 +182,11 @@ class ReadSettings:
     conf: dict[str, str]
     read_change_feed: bool = False
     version_as_of: int | None = None
-    timestamp_as_of: str | None = None
+    timestamp_as_of: _dt.datetime | None = None
     starting_version: int | str | None = None
     ending_version: int | None = None
-    starting_timestamp: str | None = None
-    ending_timestamp: str | None = None
+    starting_timestamp: _dt.datetime | None = None
+    ending_timestamp: _dt.datetime | None = None
     max_files_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     fail_on_data_loss: bool = True
@@ -203,6 +211,7 @@ class ReadSettings:
             if value is not None:
                 conf[key] = value
         out_of_range = lowered.get(OUT_OF_RANGE_KEY.lower(), session_conf.get(OUT_OF_RANGE_KEY, "false"))
+        zone = _time_zone(lowered.get(TIME_ZONE_KEY.lower(), session_conf.get(TIME_ZONE_KEY)))
         starting_version: int | str | None = None
         if "startingversion" in lowered:
             value = lowered["startingversion"].strip()
@@ -212,11 +221,11 @@ class ReadSettings:
             conf=conf,
             read_change_feed=_bool(lowered, "readchangefeed") or _bool(lowered, "readchangedata"),
             version_as_of=_optional_version(lowered, "versionasof", "versionAsOf"),
-            timestamp_as_of=lowered.get("timestampasof"),
+            timestamp_as_of=_timestamp(lowered, "timestampasof", zone),
             starting_version=starting_version,
             ending_version=_optional_version(lowered, "endingversion", "endingVersion"),
-            starting_timestamp=lowered.get("startingtimestamp"),
-            ending_timestamp=lowered.get("endingtimestamp"),
+            starting_timestamp=_timestamp(lowered, "startingtimestamp", zone),
+            ending_timestamp=_timestamp(lowered, "endingtimestamp", zone),
             max_files_per_trigger=_positive(lowered, "maxfilespertrigger", "maxFilesPerTrigger"),
             max_bytes_per_trigger=_size(lowered, "maxbytespertrigger", "maxBytesPerTrigger"),
             fail_on_data_loss=_bool(lowered, "failondataloss", default=True),
@@ -260,6 +269,33 @@ def _version(value: str, name: str) -> int:
 
 def _optional_version(options: Mapping[str, str], key: str, name: str) -> int | None:
     return _version(options[key].strip(), name) if key in options else None
+
+
+def _time_zone(name: str | None) -> _dt.tzinfo:
+    """The session time zone (UTC when the session's is unknown), checked as Spark checks it."""
+    if name is None:
+        return UTC
+    try:
+        return parse_zone(name)
+    except ValueError:
+        raise InvalidOptionError(
+            f"[INVALID_CONF_VALUE.TIME_ZONE] The value '{name}' in the config \"{TIME_ZONE_KEY}\" is "
+            "invalid. Cannot resolve the given timezone."
+        ) from None
+
+
+def _timestamp(options: Mapping[str, str], key: str, zone: _dt.tzinfo) -> _dt.datetime | None:
+    """A timestamp option as Spark casts the string (a time without a zone is in ``zone``)."""
+    if key not in options:
+        return None
+    value = options[key]
+    try:
+        return to_datetime(value, zone)
+    except ValueError:
+        raise InvalidOptionError(
+            f"[DELTA_TIMESTAMP_INVALID] The provided timestamp ('{value}') cannot be converted to a valid "
+            "timestamp."
+        ) from None
 
 
 def _positive(options: Mapping[str, str], key: str, name: str) -> int | None:
@@ -588,7 +624,7 @@ class DeltaLogDataSource(DataSource):
         super().__init__(options)
         with delta_errors_first():
             self._link = type(self).session_link
-            current = self._link.settings() if self._link is not None else None
+            current = self._link.settings(TIME_ZONE_KEY) if self._link is not None else None
             self.session_conf = (
                 session_settings(current) if current is not None else dict(type(self).session_conf)
             )
@@ -706,6 +742,15 @@ def _captured_settings(spark: SparkSession) -> dict[str, str]:
     return session_settings(conf)
 
 
+def session_time_zone(spark: SparkSession) -> str | None:
+    """``spark.sql.session.timeZone`` as Spark applies it: the value set, else Spark's default (the
+    JVM's zone). ``spark.conf.get(key, None)`` would give ``None`` for an unset key."""
+    try:
+        return str(spark.conf.get(TIME_ZONE_KEY))
+    except Exception:  # noqa: BLE001 - Spark Connect or an old session: the library's UTC applies
+        return None
+
+
 def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     """Register the ``deltalog`` format on ``spark``, and ``delta`` as well when Delta Lake's own
     data source is not on the classpath (so existing ``format("delta")`` code runs unchanged).
@@ -713,10 +758,13 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     Turns on filter pushdown for Python data sources in the session
     (``spark.sql.python.filterPushdown.enabled``) unless it has been turned off explicitly; with it
     off, reads work without pushdown. Settings changed in the session later (storage keys, Delta
-    confs, pushdown) apply to the next query: they are read when a query is planned. Returns the
-    ``deltalog`` class.
+    confs, the time zone, pushdown) apply to the next query: they are read when a query is
+    planned. Returns the ``deltalog`` class.
     """
     conf = _captured_settings(spark)
+    zone = session_time_zone(spark)
+    if zone is not None:
+        conf[TIME_ZONE_KEY] = zone
     if conf.get(PUSHDOWN_KEY, "").strip().lower() != "false":
         spark.conf.set(PUSHDOWN_KEY, "true")
         conf[PUSHDOWN_KEY] = "true"

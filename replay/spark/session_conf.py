@@ -51,9 +51,10 @@ class SessionLink:
             logger.debug("no gateway link to the Spark session: %s", exc)
             return None
 
-    def settings(self) -> dict[str, str] | None:
-        """Every setting of the session now (``spark.conf.getAll``), or ``None`` if it cannot be read."""
-        return self._call(_all_settings)
+    def settings(self, *effective: str) -> dict[str, str] | None:
+        """Every setting of the session now (``spark.conf.getAll``), plus the value Spark applies
+        for each key of ``effective`` (its default when unset), or ``None`` if they cannot be read."""
+        return self._call(lambda session: _all_settings(session, effective))
 
     def get(self, key: str, default: str) -> str | None:
         """One setting of the session now, or ``None`` if the session cannot be reached."""
@@ -90,6 +91,11 @@ class SessionLink:
         return None
 
 
-def _all_settings(session: Any) -> dict[str, str]:
-    """``spark.conf.getAll`` of a JVM session, as PySpark reads it."""
-    return {str(key): str(value) for key, value in dict(session.conf().getAllAsJava()).items()}
+def _all_settings(session: Any, effective: tuple[str, ...]) -> dict[str, str]:
+    """``spark.conf.getAll`` of a JVM session, as PySpark reads it, and ``spark.conf.get`` of the
+    ``effective`` keys."""
+    conf = session.conf()
+    settings = {str(key): str(value) for key, value in dict(conf.getAllAsJava()).items()}
+    for key in effective:
+        settings[key] = str(conf.get(key))
+    return settings

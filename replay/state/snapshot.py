@@ -235,7 +235,7 @@ class Snapshot:
 
     # -- rows ----------------------------------------------------------------------------------------
     def scan(self, filter: Filter | None = None, columns: Sequence[str] | None = None) -> Scan:
-        """A scan of the rows matching ``filter`` (a pyarrow expression or DNF tuples).
+        """A scan of the rows matching ``filter`` (a pyarrow expression, DNF tuples or a predicate tree).
 
         Files that cannot hold a matching row (by partition values or statistics) are never
         opened; rows are filtered exactly. Raises
