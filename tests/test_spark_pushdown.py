@@ -7,6 +7,7 @@ file fails the query). Queries run on a real local Spark through the ``deltalog`
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 import shutil
@@ -238,6 +239,18 @@ def test_the_session_link_stays_on_the_driver(deltalog: Any) -> None:
     reader = instance.reader(instance.schema())
     secret = link.secret.encode()
     assert secret not in dumps(instance) and secret not in dumps(reader)
+
+
+def test_the_session_time_zone_is_read_when_a_query_is_planned(deltalog: Any) -> None:
+    source = register(deltalog)
+    options = {"path": str(COLUMN_MAPPING), "timestampAsOf": "2024-01-01 00:00:00"}
+    deltalog.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        when = source(options).settings.timestamp_as_of
+        assert when is not None and when.utcoffset() == dt.timedelta(hours=-8)
+    finally:
+        deltalog.conf.set("spark.sql.session.timeZone", "UTC")
+    assert source(options).settings.timestamp_as_of.utcoffset() == dt.timedelta(0)
 
 
 def test_storage_settings_set_after_register_apply_to_the_next_query(deltalog: Any, moto_server: Any) -> None:
