@@ -9,7 +9,9 @@ interrupted or killed run, and :class:`LogStoreContract` fails a store that chec
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 import tomllib
@@ -89,6 +91,7 @@ def test_delta_table_on_s3(s3_bucket, s3_conf, delta_table, capsys):
     snapshot = DeltaLog(uri, conf=s3_conf).snapshot()
     assert snapshot.version == 1
     assert snapshot.metadata.partition_columns == ["day"]
+    assert snapshot.metadata.configuration["delta.enableChangeDataFeed"] == "true"
     assert sorted(snapshot.to_arrow().column("id").to_pylist()) == [1, 2, 3]
     settings = [arg for key, value in s3_conf.items() for arg in ("--conf", f"{key}={value}")]
     assert main(["snapshot", uri, *settings, "--json"]) == 0
@@ -280,3 +283,75 @@ def test_the_contract_fails_a_check_then_write_store(
         ]
     )
     assert result.stdout.str().count("writers created") >= 2  # several winners, in both races
+
+
+# -- from a fresh virtualenv, in a project outside the repository --------------------------------
+INSTALLED_PROJECT_TESTS = """
+import sys
+
+import logstores
+import replay
+from replay import DeltaLog
+
+
+def test_the_installed_package_is_used():
+    for package in (logstores, replay):
+        assert package.__file__.startswith(sys.prefix), package.__file__
+
+
+def test_a_pipeline_on_mocked_s3(s3_bucket, s3_conf, delta_table):
+    uri = delta_table(f"s3://{s3_bucket}/events", [{"id": 1, "day": "a"}, {"id": 2, "day": "b"}], ["day"])
+    snapshot = DeltaLog(uri, conf=s3_conf).snapshot()
+    assert snapshot.num_files == 2
+    assert sorted(snapshot.to_arrow().column("id").to_pylist()) == [1, 2]
+"""
+
+
+def copy_project_source(destination: Path) -> Path:
+    """What a source distribution holds, copied (building in place would write into the repo)."""
+    destination.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO_ROOT / name, destination / name)
+    for package in ("logstores", "replay"):
+        shutil.copytree(
+            REPO_ROOT / package, destination / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return destination
+
+
+@pytest.mark.timeout(300)
+def test_the_plugin_works_from_a_fresh_virtualenv(tmp_path: Path) -> None:
+    """Install the package (not editable) into a new virtualenv that sees this interpreter's
+    packages (pytest, moto, ...), then run pytest in a project outside the repository.
+
+    pip builds the wheel as users do (in an isolated build environment, setuptools from the
+    configured indexes), so this needs an index or a local mirror holding setuptools.
+    """
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True
+    )
+    python = venv / "bin" / "python"
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    source = copy_project_source(tmp_path / "source")
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-input", "--quiet", str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_pipeline.py").write_text(INSTALLED_PROJECT_TESTS, encoding="utf-8")
+    run = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout

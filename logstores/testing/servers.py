@@ -83,9 +83,12 @@ def _die_with_parent() -> Callable[[], None] | None:
     if prctl is None:
         return None
     pr_set_pdeathsig = 1
+    parent = os.getpid()
 
     def set_parent_death_signal() -> None:  # runs in the child between fork and exec
         prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
 
     return set_parent_death_signal
 
