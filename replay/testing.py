@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from replay import write_table
+from replay.txn.write import ArrowData
 
 CONF_FIXTURES: dict[str, str] = {
     "s3": "s3_conf",
@@ -51,7 +52,7 @@ class DeltaTableFactory:
     def __call__(
         self,
         uri: str | os.PathLike[str],
-        rows_or_arrow: Any,
+        rows_or_arrow: Sequence[Mapping[str, Any]] | ArrowData,
         partition_by: Sequence[str] | None = None,
         properties: Mapping[str, str] | None = None,
         *,
@@ -77,9 +78,9 @@ class DeltaTableFactory:
         return dict(self._request.getfixturevalue(fixture)) if fixture else {}
 
 
-def _as_arrow(data: Any) -> Any:
+def _as_arrow(data: Sequence[Mapping[str, Any]] | ArrowData) -> ArrowData:
     """Rows (a list of dicts) as a pyarrow Table; anything else unchanged."""
-    if isinstance(data, list | tuple) and (not data or isinstance(data[0], Mapping)):
+    if isinstance(data, list | tuple):
         if not data:
             raise ValueError("delta_table needs at least one row, or a pyarrow Table with a schema")
         return pa.Table.from_pylist(list(data))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Protocol, TypeAlias
 
 import pyarrow as pa
 
@@ -39,6 +39,7 @@ from replay.txn.write_plan import (
 __all__ = [
     "TABLE_WRITE_MODES",
     "ArrowData",
+    "ArrowStreamExportable",
     "arrow_stream",
     "delete_files",
     "delta_schema_string",
@@ -49,10 +50,16 @@ __all__ = [
 TABLE_WRITE_MODES = ("error", "append", "overwrite", "ignore")
 """``write_table``'s modes, as deltalake's ``write_deltalake`` has them (its default is ``error``)."""
 
-ArrowData = Any
-"""What ``write_table`` writes: a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader``, a
-pandas DataFrame, or any object exporting an Arrow stream (``__arrow_c_stream__``: polars, DuckDB,
-arro3, ...)."""
+
+class ArrowStreamExportable(Protocol):
+    """An object exporting an Arrow C stream: a pandas DataFrame (pandas 2.2 and later), polars,
+    DuckDB and arro3 objects, pyarrow's own."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+
+ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | ArrowStreamExportable
+"""What ``write_table`` writes (older pandas DataFrames are accepted too)."""
 
 
 # -- data: anything Arrow -> a schema and batches ----------------------------------------------
