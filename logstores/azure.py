@@ -2,8 +2,9 @@
 
 Put-if-absent is a blob upload with ``If-None-Match: *``: the service refuses it when the blob
 exists, so of concurrent writers exactly one succeeds, on any number of machines. Block blob
-uploads are committed whole, so partial writes are never visible. Listing reads the parent
-prefix (Azure has no start-after parameter). The account comes from the configuration
+uploads are committed whole, so partial writes are never visible. Listing is one List Blobs
+request per page of the parent prefix, starting at the name (``startFrom``) where the service
+supports it. The account comes from the configuration
 (``fs.azure.account.key.<account>...`` or a connection string); ``container@account.host``
 URIs keep their authority in every path this store returns.
 
@@ -14,6 +15,8 @@ that wait 15 s and more); see :meth:`AzureLogStore.new_filesystem`.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -31,7 +34,8 @@ from azure.core.exceptions import (
     ServiceResponseError,
     ServiceResponseTimeoutError,
 )
-from azure.storage.blob.aio import ExponentialRetry
+from azure.storage.blob import BlobProperties
+from azure.storage.blob.aio import BlobPrefix, ExponentialRetry
 from fsspec import AbstractFileSystem
 
 from logstores.errors import BucketNotFoundError, LogStoreError
@@ -44,8 +48,12 @@ from logstores.object_store import (
 )
 from logstores.timeouts import RequestBounds
 
+logger = logging.getLogger(__name__)
+
 AZURE_COMMIT_TOKEN_KEY = "delta_commit_token"
 """Blob metadata names must be C# identifiers, hence underscores."""
+LIST_PAGE_SIZE = 5000
+"""Entries per List Blobs request (the service's maximum)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +103,10 @@ class AzureLogStore(ObjectStoreLogStore):
     timeout_errors = (ServiceRequestTimeoutError, ServiceResponseTimeoutError, TimeoutError)
     unreachable_errors = (ServiceRequestError,)
     endpoint_settings = "the connection string or account settings (spark.delta.logStore.<scheme>.options.*)"
+
+    def __init__(self, conf: Mapping[str, str] | None = None) -> None:
+        super().__init__(conf)
+        self._start_from_supported = True
 
     def filesystem_options(self, scheme: str) -> dict[str, Any]:
         """The mapped options, plus adlfs' connect and read timeouts from :attr:`request_bounds`."""
@@ -191,17 +203,48 @@ class AzureLogStore(ObjectStoreLogStore):
             return None
 
     # -- listing -----------------------------------------------------------------------------
+    list_page_size: int = LIST_PAGE_SIZE
+
     def _list_dir(self, location: Location) -> list[dict[str, Any]]:
-        location.fs.invalidate_cache(location.parent)
+        """List Blobs of the parent prefix with ``/`` as delimiter, from ``startFrom = <prefix><name>``.
+
+        One request per page of :attr:`list_page_size` entries. A service that does not know
+        ``startFrom`` lists the whole prefix (the names before are dropped by :meth:`list_from`).
+        Only an empty listing costs a second request: whether the directory exists at all.
+        """
+        fs = location.fs
+        container, key, _ = fs.split_path(location.path)
+        prefix = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+        options: dict[str, Any] = {"results_per_page": self.list_page_size}
+        if location.name and self._start_from_supported:
+            options["start_from"] = prefix + location.name
+
+        async def list_entries(options: dict[str, Any]) -> list[dict[str, Any]]:
+            async with fs.service_client.get_container_client(container) as client:
+                items = client.walk_blobs(
+                    name_starts_with=prefix, include=["metadata"], delimiter="/", **options
+                )
+                return [
+                    entry async for item in items if (entry := _entry(container, prefix, item)) is not None
+                ]
+
         with self._translated(location):
             try:
-                return location.fs.ls(location.parent, detail=True)
-            except FileNotFoundError as exc:
-                if _container_missing(exc):
+                entries = fsspec.asyn.sync(fs.loop, list_entries, options)
+            except HttpResponseError as exc:
+                if "start_from" not in options or exc.status_code != 400 or _container_missing(exc):
                     raise
-                raise FileNotFoundError(
-                    f"No such file or directory: {location.qualify(location.parent)}"
-                ) from None
+                logger.info(
+                    "%s does not accept startFrom (%s); listing whole prefixes",
+                    self.endpoint_address(fs),
+                    getattr(exc, "error_code", None) or exc.status_code,
+                )
+                self._start_from_supported = False
+                del options["start_from"]
+                entries = fsspec.asyn.sync(fs.loop, list_entries, options)
+            if not entries and prefix and not fs.isdir(location.parent):
+                raise FileNotFoundError(f"No such file or directory: {location.qualify(location.parent)}")
+        return entries
 
     # -- writing -----------------------------------------------------------------------------
     def _put_if_absent(self, location: Location, data: bytes) -> None:
@@ -230,3 +273,20 @@ class AzureLogStore(ObjectStoreLogStore):
     def _overwrite(self, location: Location, data: bytes) -> None:
         with self._translated(location):
             location.fs.pipe_file(location.path, data, overwrite=True)
+
+
+def _entry(container: str, prefix: str, item: BlobProperties | BlobPrefix) -> dict[str, Any] | None:
+    """An fsspec ``info`` dict of one listed blob or sub-prefix; ``None`` for the directory's own marker."""
+    name = item.name.rstrip("/")
+    if name == prefix.rstrip("/"):
+        return None
+    if isinstance(item, BlobPrefix):
+        return {"name": f"{container}/{name}", "size": 0, "type": "directory"}
+    metadata = {key.lower(): value for key, value in (item.metadata or {}).items()}
+    is_dir = metadata.get("is_directory") == "true" or metadata.get("hdi_isfolder") == "true"
+    return {
+        "name": f"{container}/{name}",
+        "size": 0 if is_dir else item.size,
+        "type": "directory" if is_dir else "file",
+        "last_modified": item.last_modified,
+    }

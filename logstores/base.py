@@ -173,8 +173,12 @@ class LogStore(ABC):
 
         Like Hadoop's ``openFile().withFileStatus()``: a store may use ``status.size`` instead of
         asking the service for it, and choose how to fetch the file (object stores read small
-        files with one GET). ``status.size`` must be the file's current size. The default calls
-        :meth:`open_input` with ``status.path``, so stores written before this method work as they are.
+        files with one GET and larger ones with ranged GETs, never a HEAD). ``status.size`` must be
+        the file's current size (from a listing, or a sidecar action's ``sizeInBytes``); reads of
+        a file whose size differs may fail or return a prefix. Replay opens every Parquet
+        checkpoint and sidecar through this method. The default calls :meth:`open_input` with
+        ``status.path``, so stores written before this method (text-only ones included) work as
+        they are.
         """
         return self.open_input(status.path)
 

@@ -5,6 +5,15 @@ exists, so of concurrent writers exactly one succeeds, on any number of machines
 all-or-nothing, so partial writes are never visible. Listing from a name uses the JSON API's
 ``startOffset``, reading only the keys at or after it.
 
+**Upload paths.** An object smaller than :data:`RESUMABLE_CHUNK_BYTES` (gcsfs's own threshold)
+is created by one multipart upload carrying the precondition. A larger one takes a resumable
+upload, run here rather than by gcsfs's ``pipe_file``: GCS takes the precondition on the request
+that opens the session and evaluates it when the upload completes (it may refuse the initiation
+already), so the 412 may answer the initiation or the final chunk; either is
+:class:`FileExistsError`. gcsfs would cancel the
+session after that 412 and let a failed cancel replace it; here a session that ended in a 412 is
+left alone, and one that failed otherwise is cancelled on a best-effort basis.
+
 **Bounded requests.** gcsfs sends its requests with ``timeout=requests_timeout``, ``None`` by
 default, which aiohttp takes as no timeout at all (no connect, read or total limit), and its
 retry decorator only runs once a request *fails*. A request whose answer never comes (a stalled
@@ -40,10 +49,17 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import aiohttp
 import requests
+from fsspec.asyn import sync
 from gcsfs import GCSFileSystem
+from gcsfs.checkers import get_consistency_checker
+from gcsfs.core import initiate_upload, upload_chunk
 from gcsfs.retry import HttpError, is_retriable
 
 LIST_PAGE_SIZE = 1000
+RESUMABLE_CHUNK_BYTES = 50 * 2**20
+"""Objects of at least this size are uploaded resumably, in chunks of this size (gcsfs's
+``pipe_file`` threshold; GCS wants every chunk but the last to be a multiple of 256 KiB)."""
+CONTENT_TYPE = "application/octet-stream"
 _DEFAULT_ENDPOINT_SUFFIX = ".googleapis.com"
 _AMBIGUOUS = (
     asyncio.TimeoutError,
@@ -86,6 +102,37 @@ def _retriable(exc: Exception) -> bool:
     return is_retriable(exc) or isinstance(exc, asyncio.TimeoutError)
 
 
+async def create_resumably(
+    fs: GCSFileSystem, path: str, data: bytes, metadata: dict[str, str], chunk_bytes: int
+) -> None:
+    """Create ``path`` with ``data`` by a resumable upload, only if it does not exist.
+
+    ``ifGenerationMatch=0`` goes with the initiation, where GCS takes preconditions for the
+    session; GCS evaluates it when the final chunk completes the upload (and may refuse the
+    initiation already). A 412 from either is
+    gcsfs's :class:`FileExistsError`, raised as it is (that session is over); any other failure
+    cancels the session, best effort, and is raised unchanged.
+    """
+    bucket, key, _ = fs.split_path(path)
+    session = await initiate_upload(fs, bucket, key, CONTENT_TYPE, metadata, mode="create")
+    checker = get_consistency_checker(fs.consistency)
+    view = memoryview(data)
+    response = None
+    try:
+        for offset in range(0, len(data), chunk_bytes):
+            chunk = view[offset : offset + chunk_bytes]
+            response = await upload_chunk(fs, session, chunk, offset, len(data), CONTENT_TYPE)
+            checker.update(chunk)
+    except FileExistsError:
+        raise
+    except Exception:
+        with contextlib.suppress(Exception):
+            await fs._call("DELETE", session)
+        raise
+    checker.validate_json_response(response)
+    fs.invalidate_cache(path)
+
+
 class GCSLogStore(ObjectStoreLogStore):
     """Multi-writer safe GCS store: put-if-absent is an ``ifGenerationMatch=0`` upload.
 
@@ -102,6 +149,7 @@ class GCSLogStore(ObjectStoreLogStore):
         "fs.gs.storage.root.url, STORAGE_EMULATOR_HOST or spark.delta.logStore.gs.options.endpoint_url"
     )
     list_page_size: int = LIST_PAGE_SIZE
+    resumable_chunk_bytes: int = RESUMABLE_CHUNK_BYTES
 
     def filesystem_options(self, scheme: str) -> dict[str, Any]:
         """The mapped options, plus aiohttp connect and read timeouts from :attr:`request_bounds`."""
@@ -193,7 +241,7 @@ class GCSLogStore(ObjectStoreLogStore):
 
         def put_once(token: str) -> None:
             try:
-                location.fs.pipe_file(location.path, data, mode="create", metadata={COMMIT_TOKEN_KEY: token})
+                self._create(location, data, {COMMIT_TOKEN_KEY: token})
             except FileExistsError:
                 raise FileExistsError(target) from None
             except HttpError as exc:
@@ -206,9 +254,18 @@ class GCSLogStore(ObjectStoreLogStore):
         with self._bucket_checked(location):
             put_if_absent_verified(target, data, put_once, lambda: self._read_back(location))
 
+    def _create(self, location: Location, data: bytes, metadata: dict[str, str]) -> None:
+        """One conditional upload (``ifGenerationMatch=0``) on the path its size calls for."""
+        fs = location.fs
+        if len(data) < self.resumable_chunk_bytes:
+            fs.pipe_file(location.path, data, mode="create", metadata=metadata)  # one multipart upload
+        else:
+            assert isinstance(fs, GCSFileSystem)
+            sync(fs.loop, create_resumably, fs, location.path, data, metadata, self.resumable_chunk_bytes)
+
     def _overwrite(self, location: Location, data: bytes) -> None:
         with self._bucket_checked(location):
-            location.fs.pipe_file(location.path, data)
+            location.fs.pipe_file(location.path, data, chunksize=self.resumable_chunk_bytes)
 
     @contextlib.contextmanager
     def _bucket_checked(self, location: Location) -> Iterator[None]:

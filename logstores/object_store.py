@@ -19,9 +19,10 @@ the SDKs' retry schedules. Every request is bounded by the store's
 :class:`~logstores.timeouts.RequestBounds`; a request that gets no answer in any attempt raises
 :class:`~logstores.errors.RequestTimeoutError` naming the endpoint (``host:port``) and the path.
 
-**Reads.** A small object is read with one GET and no HEAD; :meth:`ObjectStoreLogStore.open_file`
-uses the size from the listing, so a checkpoint up to :data:`SINGLE_GET_LIMIT` bytes costs one
-GET and a larger one ranged GETs, never a HEAD.
+**Reads.** No read sends a HEAD where a GET will do: a log file is read with one GET
+(:meth:`ObjectStoreLogStore.read_bytes`, also behind :meth:`~ObjectStoreLogStore.read_as_iterator`),
+and :meth:`ObjectStoreLogStore.open_file` uses the size from the listing, so a checkpoint up to
+:data:`SINGLE_GET_LIMIT` bytes costs one GET and a larger one ranged GETs (:class:`SizedObjectFile`).
 
 **Temporary objects.** Writers that die can leave probe and temp objects under
 ``_delta_log/.tmp/``; :meth:`ObjectStoreLogStore.delete_stale_temp_files` removes old ones.
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Any, ClassVar, NoReturn
 
 from fsspec import AbstractFileSystem
+from fsspec.spec import AbstractBufferedFile
 
 from logstores.base import DEFAULT_TEMP_FILE_AGE_S, FileStatus, LineIterator
 from logstores.errors import EndpointUnreachableError, LogStoreError, RequestTimeoutError
@@ -55,6 +57,8 @@ COMMIT_TOKEN_KEY = "delta-commit-token"
 MAX_PUT_ATTEMPTS = 3
 SINGLE_GET_LIMIT = 64 * 1024 * 1024
 """Files up to this size are opened by :meth:`ObjectStoreLogStore.open_file` with one whole GET."""
+SIZED_READ_BLOCK = 8 * 1024 * 1024
+"""Bytes per ranged GET of a larger file (:class:`SizedObjectFile`)."""
 TEMP_DIR = ".tmp"
 """The directory under ``_delta_log`` holding temp and probe objects of the object stores."""
 
@@ -212,13 +216,8 @@ class ObjectStoreLogStore(FileSystemLogStore):
 
     # -- reading -----------------------------------------------------------------------------
     def read_as_iterator(self, path: str) -> LineIterator:
-        location = self.locate(path)
-
-        def opener() -> IO[bytes]:
-            with self._translated(location):
-                return location.fs.open(location.path, "rb")
-
-        return LineIterator(opener)
+        """The lines of the object, fetched with one GET (no HEAD) when the first line is asked for."""
+        return LineIterator(lambda: io.BytesIO(self.read_bytes(path)))
 
     def read_bytes(self, path: str) -> bytes:
         location = self.locate(path)
@@ -239,8 +238,7 @@ class ObjectStoreLogStore(FileSystemLogStore):
         if status.size <= SINGLE_GET_LIMIT:
             return io.BytesIO(self.read_bytes(status.path))
         location = self.locate(status.path)
-        with self._translated(location):
-            return location.fs.open(location.path, "rb", size=status.size)
+        return SizedObjectFile(location.fs, location.path, status.size, lambda: self._translated(location))
 
     # -- temporary objects -------------------------------------------------------------------
     def delete_stale_temp_files(
@@ -258,3 +256,27 @@ class ObjectStoreLogStore(FileSystemLogStore):
     def _may_delete_temp_object(self, status: FileStatus) -> bool:
         """Whether an old object under ``.tmp/`` is garbage (stores whose protocol needs some say no)."""
         return True
+
+
+class SizedObjectFile(AbstractBufferedFile):
+    """A read-only, seekable object of known size whose bytes come from ranged GETs.
+
+    The filesystems' own file objects ask the service for the size first (a HEAD, or adlfs's
+    blob properties) even when it is known. Reads are buffered in blocks of
+    :data:`SIZED_READ_BLOCK` bytes (fsspec's read-ahead cache); SDK errors are translated in the
+    context ``translated()`` returns (the store's :meth:`ObjectStoreLogStore._translated`).
+    """
+
+    def __init__(
+        self,
+        fs: AbstractFileSystem,
+        path: str,
+        size: int,
+        translated: Callable[[], contextlib.AbstractContextManager[None]],
+    ) -> None:
+        super().__init__(fs, path, mode="rb", block_size=SIZED_READ_BLOCK, cache_type="readahead", size=size)
+        self._translated_errors = translated
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        with self._translated_errors():
+            return self.fs.cat_file(self.path, start=start, end=end)

@@ -9,6 +9,7 @@ checkpoints). Nothing below imports it; the change data feed works on it through
 
 from __future__ import annotations
 
+import datetime as _dt
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -24,7 +25,7 @@ from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, Metadata, Protocol
 from replay.protocol.errors import MissingVersionsError, TableNotFoundError, VersionNotFoundError
 from replay.protocol.table_config import TableConfiguration
-from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.protocol.timestamps import UTC, Timestamp, to_datetime, to_timestamp_ms
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult, write_checkpoint
@@ -93,18 +94,22 @@ class DeltaLog:
     def snapshot(self, version: int | None = None, timestamp: Timestamp | None = None) -> Snapshot:
         """The table at ``version``, at the version active at ``timestamp``, or the latest one.
 
-        A timestamp without a zone is read as UTC. Raises :class:`TableNotFoundError`,
-        :class:`VersionNotFoundError` (version before the earliest recoverable or after the
-        latest), :class:`TimestampOutOfRangeError`, :class:`MissingVersionsError`,
-        :class:`CorruptLogError`, :class:`MissingProtocolOrMetadataError` or
-        :class:`UnsupportedTableFeatureError`.
+        A timestamp without a zone is read as UTC; errors show times in the timestamp's zone.
+        Raises :class:`TableNotFoundError`, :class:`VersionNotFoundError` (version before the
+        earliest recoverable or after the latest), :class:`TimestampOutOfRangeError`,
+        :class:`MissingVersionsError`, :class:`CorruptLogError`,
+        :class:`MissingProtocolOrMetadataError` or :class:`UnsupportedTableFeatureError`.
         """
         if version is not None and timestamp is not None:
             raise ValueError("give a version or a timestamp, not both")
         if timestamp is not None:
             listing = full_listing(self.io)  # one listing serves the commit times and the segment
+            moment = to_datetime(timestamp)
             version = active_commit_at(
-                self._commit_records(listing), to_timestamp_ms(timestamp), table=self.table_path
+                self._commit_records(listing),
+                to_timestamp_ms(moment),
+                table=self.table_path,
+                zone=moment.tzinfo or UTC,
             )
             segment = segment_in_listing(self.io, listing, version)
             if segment is not None:
@@ -280,14 +285,17 @@ class DeltaLog:
         *,
         can_return_last_commit: bool = False,
         can_return_earliest_commit: bool = False,
+        zone: _dt.tzinfo = UTC,
     ) -> int:
-        """The version active at ``timestamp_ms`` (Delta's ``getActiveCommitAtTime``)."""
+        """The version active at ``timestamp_ms`` (Delta's ``getActiveCommitAtTime``); errors show
+        times in ``zone``."""
         return active_commit_at(
             self.commit_records(),
             timestamp_ms,
             table=self.table_path,
             can_return_last_commit=can_return_last_commit,
             can_return_earliest_commit=can_return_earliest_commit,
+            zone=zone,
         )
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:

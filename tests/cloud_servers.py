@@ -10,6 +10,7 @@ an endpoint that never answers (``stalled_endpoint``).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import threading
@@ -191,33 +192,39 @@ class _QuietHTTPServer(ThreadingHTTPServer):
         pass
 
 
+@contextlib.contextmanager
+def running_fault_proxy(upstream: str) -> Iterator[FaultProxy]:
+    """A :class:`FaultProxy` in front of ``upstream`` for the duration of the ``with`` block."""
+    with contextlib.ExitStack() as stack:
+        yield _start_fault_proxy(upstream, stack)
+
+
+def _start_fault_proxy(upstream: str, stack: contextlib.ExitStack) -> FaultProxy:
+    """Start a proxy in front of ``upstream``; ``stack`` stops it (unless :attr:`FaultProxy.close` did)."""
+    proxy = FaultProxy(upstream)
+    server = _QuietHTTPServer(("127.0.0.1", 0), _proxy_handler(proxy))
+    server.daemon_threads = True
+    proxy.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, name="fault-proxy", daemon=True).start()
+    running = [True]
+
+    def close() -> None:
+        proxy.closed.set()
+        if running[0]:
+            running[0] = False
+            server.shutdown()
+            server.server_close()
+
+    proxy.close = close
+    stack.callback(close)
+    return proxy
+
+
 @pytest.fixture
 def fault_proxy() -> Iterator[Callable[[str], FaultProxy]]:
     """A factory: ``fault_proxy(upstream_endpoint)`` starts a proxy, stopped after the test."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(upstream: str) -> FaultProxy:
-        proxy = FaultProxy(upstream)
-        server = _QuietHTTPServer(("127.0.0.1", 0), _proxy_handler(proxy))
-        server.daemon_threads = True
-        proxy.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        threading.Thread(target=server.serve_forever, name="fault-proxy", daemon=True).start()
-        servers.append(server)
-
-        def close() -> None:
-            proxy.closed.set()
-            if server in servers:
-                servers.remove(server)
-                server.shutdown()
-                server.server_close()
-
-        proxy.close = close
-        return proxy
-
-    yield start
-    for server in list(servers):
-        server.shutdown()
-        server.server_close()
+    with contextlib.ExitStack() as stack:
+        yield lambda upstream: _start_fault_proxy(upstream, stack)
 
 
 # -- an endpoint that never answers -----------------------------------------------------------------

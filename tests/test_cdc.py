@@ -634,6 +634,52 @@ def test_stream_fails_on_data_loss_unless_told_not_to(tmp_path: Path) -> None:
     assert [ids(batch) for batch in batches] == [[(4, "insert", 2), (5, "insert", 2)]]
 
 
+def expired_log_table(path: Path) -> DeltaLog:
+    """Versions 0..6 (one row each), a checkpoint at 5 and commits 0..4 deleted, as log cleanup leaves it."""
+    delta_log = new_table(path, range(1))
+    for version in range(1, 6):
+        append(path, range(version, version + 1))
+    DeltaTable(str(path)).create_checkpoint()
+    append(path, range(6, 7))
+    for version in range(5):
+        Path(delta_file(delta_log.log_path, version).removeprefix("file://")).unlink()
+    return delta_log
+
+
+@pytest.mark.parametrize("read_change_feed", [True, False], ids=["change-feed", "plain"])
+def test_new_stream_starting_before_the_earliest_commit_fails_as_delta_does(
+    tmp_path: Path, read_change_feed: bool
+) -> None:
+    delta_log = expired_log_table(tmp_path / "t")
+    for fail_on_data_loss in (True, False):  # Delta's starting-version check ignores failOnDataLoss
+        source = DeltaSource(
+            delta_log,
+            read_change_feed=read_change_feed,
+            starting_version=0,
+            fail_on_data_loss=fail_on_data_loss,
+        )
+        with pytest.raises(VersionNotFoundError) as info:
+            source.initial_offset()
+        assert str(info.value) == (
+            "[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version 0. "
+            f"Available versions: [5, 6]. (table {delta_log.table_path})"
+        )
+        assert (info.value.version, info.value.earliest, info.value.latest) == (0, 5, 6)
+
+    def rows(source: DeltaSource, start: DeltaSourceOffset) -> list[int]:
+        return sorted(i for batch in drain(source, start, lambda: None)[0] for i in batch["id"].to_pylist())
+
+    at_checkpoint = DeltaSource(delta_log, read_change_feed=read_change_feed, starting_version=5)
+    assert rows(at_checkpoint, at_checkpoint.initial_offset()) == [5, 6]
+    # a restart from a checkpointed offset is not a new query: failOnDataLoss decides, as before
+    restarted = DeltaSourceOffset(at_checkpoint.table_id, 2, BASE_INDEX, False)
+    strict = DeltaSource(delta_log, read_change_feed=read_change_feed)
+    with pytest.raises(DataLossError, match=r"^\[DELTA_MISSING_FILES_UNEXPECTED_VERSION\]"):
+        strict.latest_offset(restarted, None)
+    lenient = DeltaSource(delta_log, read_change_feed=read_change_feed, fail_on_data_loss=False)
+    assert rows(lenient, restarted) == [5, 6]
+
+
 def test_exclude_regex_drops_matching_files_without_falling_back() -> None:
     commits = [[add("part=0/a"), add("part=1/b")], [cdc("_change_data/part=0/c"), add("part=1/d")]]
     versions = [(v, index_commit(v, filter_cdc_actions(files, v))) for v, files in enumerate(commits)]

@@ -167,6 +167,46 @@ def test_gcs_list_from_uses_start_offset(gcs_server: GCSServer, fault_proxy: Pro
     assert len(proxy.requests) == 1
 
 
+def test_azure_list_from_sends_one_listing_from_start_from(
+    azurite_server: Azurite, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(azurite_server.endpoint)
+    store = AzureLogStore(azurite_server.conf(proxy.endpoint))
+    table = f"abfs://{azurite_server.create_container()}/t"
+    log = f"{table}/_delta_log"
+    for version in range(25):
+        store.write(f"{log}/{commit_name(version)}", ["x"], overwrite=True)
+    store.write(f"{table}/_delta_log_sibling/{commit_name(30)}", ["x"], overwrite=True)
+
+    proxy.requests.clear()
+    assert [s.name for s in store.list_from(f"{log}/{commit_name(20)}")] == [
+        commit_name(v) for v in range(20, 25)
+    ]
+    [listing] = proxy.requests  # adlfs's own ls sends one request for "_delta_log" and one for "_delta_log/"
+    assert "comp=list" in listing.path and "prefix=t/_delta_log/&" in listing.path
+    assert f"startFrom=t/_delta_log/{commit_name(20)}" in listing.path
+
+
+def test_azure_list_from_without_start_from_support(
+    azurite_server: Azurite, fault_proxy: ProxyFactory
+) -> None:
+    """A service that refuses ``startFrom`` (an older API version) gets whole-prefix listings."""
+    proxy = fault_proxy(azurite_server.endpoint)
+    store = AzureLogStore(azurite_server.conf(proxy.endpoint))
+    log = f"abfs://{azurite_server.create_container()}/t/_delta_log"
+    for version in range(5):
+        store.write(f"{log}/{commit_name(version)}", ["x"], overwrite=True)
+    proxy.faults.append(Fault("GET", "startFrom=", status=400, landed=False))
+
+    proxy.requests.clear()
+    for _ in range(2):
+        assert [s.name for s in store.list_from(f"{log}/{commit_name(3)}")] == [
+            commit_name(3),
+            commit_name(4),
+        ]
+    assert ["startFrom=" in r.path for r in proxy.requests] == [True, False, False]
+
+
 def test_key_before_matches_delta() -> None:
     assert key_before("b") == "a"
     assert key_before("aa/ab") == "aa/aa"
@@ -252,6 +292,60 @@ def test_gcs_commit_whose_response_was_lost_succeeds(
     store.write(target, ["ours"])
     assert store.read(target) == ["ours"]
     assert len(proxy.matching("POST", "/upload/storage/v1/b/")) == 2
+
+
+SMALL_CHUNKS = 256 * 1024  # GCS's smallest resumable chunk, so that a resumable upload stays small
+
+
+def resumable_requests(proxy: FaultProxy) -> tuple[list[Any], list[Any]]:
+    """The requests of resumable uploads: session initiations and chunks."""
+    uploads = proxy.matching("POST", "uploadType=resumable")
+    return [r for r in uploads if "upload_id=" not in r.path], [r for r in uploads if "upload_id=" in r.path]
+
+
+def test_gcs_put_if_absent_sends_the_precondition_on_every_upload_path(
+    gcs_server: GCSServer, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(gcs_server.endpoint)
+    store = GCSLogStore(gcs_server.conf(proxy.endpoint))
+    store.resumable_chunk_bytes = SMALL_CHUNKS
+    log = f"gs://{gcs_server.create_bucket()}/t/_delta_log"
+    store.write(f"{log}/{commit_name(0)}", ["small"])
+    [multipart] = proxy.matching("POST", "uploadType=multipart")
+    assert "ifGenerationMatch=0" in multipart.path
+    large = b"x" * (2 * SMALL_CHUNKS + 1000)
+    store.write_bytes(f"{log}/{commit_name(1)}", large)
+    initiations, chunks = resumable_requests(proxy)
+    assert len(initiations) == 1 and "ifGenerationMatch=0" in initiations[0].path
+    assert [c.headers["Content-Range"] for c in chunks] == [
+        f"bytes {start}-{min(start + SMALL_CHUNKS, len(large)) - 1}/{len(large)}"
+        for start in range(0, len(large), SMALL_CHUNKS)
+    ]
+    assert store.read_bytes(f"{log}/{commit_name(1)}") == large
+    proxy.requests.clear()
+    store.write_bytes(f"{log}/{commit_name(1)}", large + b"y", overwrite=True)  # overwrites: unconditional
+    assert "ifGenerationMatch" not in resumable_requests(proxy)[0][0].path
+
+
+@pytest.mark.parametrize("refused", ["initiation", "final chunk"])
+def test_gcs_resumable_commit_refused_by_its_precondition_is_file_exists(
+    gcs_server: GCSServer, fault_proxy: ProxyFactory, refused: str
+) -> None:
+    """fake-gcs-server ignores preconditions on resumable uploads: the proxy answers the 412 GCS
+    would give when another writer created the object first."""
+    proxy = fault_proxy(gcs_server.endpoint)
+    store = GCSLogStore(gcs_server.conf(proxy.endpoint))
+    store.resumable_chunk_bytes = SMALL_CHUNKS
+    target = f"gs://{gcs_server.create_bucket()}/t/_delta_log/{commit_name(0)}"
+    GCSLogStore(gcs_server.conf()).write(target, ["theirs"])
+    where, body = ("ifGenerationMatch=0", b"") if refused == "initiation" else ("upload_id=", b"last line")
+    proxy.faults.append(Fault("POST", where, status=412, landed=False, body_contains=body))
+    proxy.faults.append(Fault("DELETE", "upload_id=", status=404, landed=False))  # a session the 412 ended
+    with pytest.raises(FileExistsError, match=commit_name(0)):
+        store.write_bytes(target, b"x" * (SMALL_CHUNKS + 1000) + b"\nlast line")
+    assert store.read(target) == ["theirs"]
+    assert proxy.matching("DELETE") == []
+    assert len(resumable_requests(proxy)[0]) == 1  # no second attempt: the object is another writer's
 
 
 def test_azure_commit_whose_response_was_lost_succeeds(

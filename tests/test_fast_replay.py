@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from logstores import create_log_store
+from logstores.base import FileStatus
 from replay.delta_log import DeltaLog
 from replay.log import commit_files as commit_reader
 from replay.log.checkpoints import read_parquet_checkpoint
@@ -241,7 +242,8 @@ def test_checkpoint_is_read_row_group_by_row_group(tmp_path: Path) -> None:
     path = tmp_path / "00000000000000000010.checkpoint.parquet"
     pq.write_table(table, path, row_group_size=64)
     assert pq.ParquetFile(path).num_row_groups > 3
-    data = read_parquet_checkpoint(create_log_store({}), path.as_uri())
+    status = FileStatus(path.as_uri(), path.stat().st_size, 0)
+    data = read_parquet_checkpoint(create_log_store({}), status)
     adds = pa.concat_tables(data.adds)
     assert adds.column("path").to_pylist() == [f"f{i}" for i in range(250)]
     assert adds.column("stats").to_pylist() == [None if i % 3 else STATS for i in range(250)]

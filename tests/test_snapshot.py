@@ -353,3 +353,68 @@ def test_malformed_line_in_a_large_commit_names_the_line(tmp_path: Path) -> None
     assert parse_commit_arrow(commit.read_bytes()) is None
     with pytest.raises(CorruptLogError, match=r"00000000000000000001\.json line 301"):
         DeltaLog.for_table(str(tmp_path / "t")).snapshot()
+
+
+# -- protocol and metadata without the file state -------------------------------------------------------
+def _description_table(path: Path) -> DeltaLog:
+    """Versions 0..7: protocol and metadata at 0, a new schema at 2, a checkpoint at 3, a protocol
+    upgrade at 4, a new configuration at 6; every other version adds a file."""
+
+    def metadata(fields: int, configuration: dict[str, str]) -> dict[str, object]:
+        schema = {
+            "type": "struct",
+            "fields": [
+                {"name": f"c{i}", "type": "long", "nullable": True, "metadata": {}} for i in range(fields)
+            ],
+        }
+        return {
+            "metaData": {
+                "id": "d",
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": orjson.dumps(schema).decode(),
+                "partitionColumns": [],
+                "configuration": configuration,
+            }
+        }
+
+    changes: dict[int, list[dict[str, object]]] = {
+        0: [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, metadata(1, {})],
+        2: [metadata(2, {})],
+        4: [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 4}}],
+        6: [metadata(2, {"delta.enableChangeDataFeed": "true"})],
+    }
+    log = DeltaLog(str(path))
+    (path / "_delta_log").mkdir(parents=True)
+    for version in range(8):
+        actions = changes.get(version) or [
+            {
+                "add": {
+                    "path": f"f{version}",
+                    "partitionValues": {},
+                    "size": 1,
+                    "modificationTime": 1,
+                    "dataChange": True,
+                }
+            }
+        ]
+        log.store.write(f"{log.log_path}/{version:020d}.json", [orjson.dumps(a).decode() for a in actions])
+        if version == 3:
+            log.checkpoint(3)
+    return log
+
+
+def test_table_configuration_alone_equals_the_snapshots(tmp_path: Path) -> None:
+    from replay.log.log_segment import load_log_segment
+    from replay.state.loader import KnownDescription, load_snapshot, load_table_configuration
+
+    log = _description_table(tmp_path / "t")
+    snapshots = [log.snapshot(version) for version in range(8)]
+    for version, snapshot in enumerate(snapshots):
+        segment = load_log_segment(log.io, version)
+        assert load_table_configuration(log.io, segment) == snapshot.config
+        newest = commit_reader.read_commit(log.io, version)
+        assert load_table_configuration(log.io, segment, newest_actions=newest) == snapshot.config
+        for earlier in snapshots[: version + 1]:  # known before the checkpoint: ignored
+            known = KnownDescription(earlier.version, earlier.protocol, earlier.metadata)
+            assert load_table_configuration(log.io, segment, known=known) == snapshot.config
+        assert load_snapshot(log.io, segment).config == snapshot.config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
+from replay.protocol.timestamps import to_timestamp_ms
 from replay.spark import register
-from replay.spark.datasource import InvalidOptionError, ReadSettings
+from replay.spark.datasource import TIME_ZONE_KEY, InvalidOptionError, ReadSettings
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 pytestmark = pytest.mark.spark
@@ -68,6 +70,36 @@ def test_options_are_validated_case_insensitively() -> None:
         {"path": "/t", "fs.s3a.endpoint": "e", "other": "o"}, {"spark.hadoop.fs.x": "1"}
     )
     assert storage.conf == {"spark.hadoop.fs.x": "1", "fs.s3a.endpoint": "e"}
+
+
+def test_timestamp_options_are_read_in_the_session_time_zone() -> None:
+    los_angeles = {TIME_ZONE_KEY: "America/Los_Angeles"}
+    options = {
+        "path": "/t",
+        "timestampAsOf": "2023-12-31 17:00:00",
+        "startingTimestamp": "2024-01-01T01:00:00Z",
+        "endingTimestamp": "2024-01-01 01:00:00 UTC",
+    }
+    one_am_utc = to_timestamp_ms("2024-01-01 01:00:00")
+    settings = ReadSettings.from_options(options, los_angeles)
+    assert [to_timestamp_ms(t) for t in (settings.timestamp_as_of, settings.starting_timestamp)] == [
+        one_am_utc,
+        one_am_utc,
+    ]
+    assert settings.timestamp_as_of is not None and settings.timestamp_as_of.utcoffset() == dt.timedelta(
+        hours=-8
+    )
+    assert to_timestamp_ms(settings.ending_timestamp) == one_am_utc  # an explicit zone is kept
+    without_zone = ReadSettings.from_options(options, {})  # no session zone known: UTC, as in the API
+    assert to_timestamp_ms(without_zone.timestamp_as_of) == one_am_utc - 8 * 3600 * 1000
+    with pytest.raises(InvalidOptionError) as info:
+        ReadSettings.from_options({"path": "/t", "startingTimestamp": "20240101010000000"}, los_angeles)
+    assert str(info.value) == (
+        "[DELTA_TIMESTAMP_INVALID] The provided timestamp ('20240101010000000') cannot be converted to a "
+        "valid timestamp."
+    )
+    with pytest.raises(InvalidOptionError, match=r"^\[INVALID_CONF_VALUE.TIME_ZONE\] The value 'Mars/Base'"):
+        ReadSettings.from_options({"path": "/t"}, {TIME_ZONE_KEY: "Mars/Base"})
 
 
 def test_batch_snapshot_and_change_feed_match_the_library(deltalog: Any) -> None:
@@ -193,3 +225,58 @@ def test_change_feed_stream_on_s3(deltalog: Any, moto_server: Any, tmp_path: Pat
     expected = table_changes(DeltaLog.for_table(uri, conf), starting_version=0)
     assert table_rows(pa.concat_tables([b.cast(expected.schema) for b in batches])) == table_rows(expected)
     assert sorted(expected["_change_type"].to_pylist()) == ["delete", "insert", "insert", "insert", "insert"]
+
+
+def hourly_table(path: Path) -> str:
+    """Versions 0, 1, 2 (row ``id`` = version) committed at 00:00, 01:00 and 02:00 UTC on 2024-01-01."""
+    for version in range(3):
+        data = pa.table({"id": pa.array([version], pa.int64())})
+        write_deltalake(str(path), data, mode="append", configuration=CDF_ON)
+        commit_time = to_timestamp_ms(f"2024-01-01 0{version}:00:00") / 1000
+        os.utime(path / "_delta_log" / f"{version:020d}.json", (commit_time, commit_time))
+    return str(path)
+
+
+def test_timestamp_options_use_the_spark_session_time_zone(deltalog: Any, tmp_path: Path) -> None:
+    path = hourly_table(tmp_path / "t")
+    version_1_in_los_angeles = "2023-12-31 17:00:00"  # 2024-01-01 01:00 UTC, version 1's commit time
+    previous = deltalog.conf.get(TIME_ZONE_KEY)
+    deltalog.conf.set(TIME_ZONE_KEY, "America/Los_Angeles")
+    register(deltalog)
+    try:
+        reader = deltalog.read.format("deltalog")
+        old = reader.option("timestampAsOf", version_1_in_los_angeles).load(path)
+        assert sorted(row.id for row in old.collect()) == [0, 1]
+        as_given = reader.option("timestampAsOf", "2024-01-01T01:00:00Z").load(path)  # explicit: kept
+        assert sorted(row.id for row in as_given.collect()) == [0, 1]
+        changes = (
+            deltalog.read.format("deltalog")
+            .option("readChangeFeed", "true")
+            .option("startingTimestamp", version_1_in_los_angeles)
+            .load(path)
+        )
+        assert sorted((row.id, row._commit_version) for row in changes.collect()) == [(1, 1), (2, 2)]
+        with pytest.raises(Exception) as info:  # Spark wraps the Python error
+            deltalog.read.format("deltalog").option("timestampAsOf", "2023-12-31 15:00:00").load(
+                path
+            ).collect()
+        assert (
+            "The provided timestamp (2023-12-31 15:00:00.000 America/Los_Angeles) is before the earliest "
+            "version available"
+        ) in str(info.value)
+        assert "Please use a timestamp after or at 2023-12-31 16:00:00.000 America/Los_Angeles." in str(
+            info.value
+        )
+        feed = run_stream(
+            deltalog,
+            path,
+            tmp_path / "feed",
+            readChangeFeed="true",
+            startingTimestamp=version_1_in_los_angeles,
+        )
+        assert sorted(v for b in feed for v in b["_commit_version"].to_pylist()) == [1, 2]
+        appends = run_stream(deltalog, path, tmp_path / "appends", startingTimestamp=version_1_in_los_angeles)
+        assert sorted(i for b in appends for i in b["id"].to_pylist()) == [1, 2]
+    finally:
+        deltalog.conf.set(TIME_ZONE_KEY, previous)
+        register(deltalog)

@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import shutil
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from deltalake import DeltaTable
@@ -16,9 +17,11 @@ from replay.log.commit_timestamps import CommitRecord, active_commit_at, monoton
 from replay.protocol.actions import AddFile, CommitInfo, Metadata, Protocol, parse_actions
 from replay.protocol.errors import DataLossError, TimestampOutOfRangeError, VersionNotFoundError
 from replay.protocol.paths import resolve_path
+from replay.protocol.timestamps import format_timestamp, parse_zone, to_datetime, to_timestamp_ms
 
 START = 1540415658000  # the generator's mtime of commit 0 of time-travel-start*
 TWENTY_MINUTES = 20 * 60 * 1000
+LOS_ANGELES = ZoneInfo("America/Los_Angeles")
 
 
 @pytest.fixture
@@ -63,6 +66,54 @@ def test_snapshot_by_timestamp_and_version(time_travel_table: Path) -> None:
     assert log.snapshot(timestamp=at_20.isoformat()).version == 1
     assert [log.snapshot(v).num_files for v in range(3)] == [2, 4, 6]
     assert [log.snapshot(v).timestamp for v in range(3)] == [START + v * TWENTY_MINUTES for v in range(3)]
+
+
+def test_timestamp_strings_are_read_as_spark_casts_them() -> None:
+    utc_ms = 1704164645000  # 2024-01-02 03:04:05 UTC
+    eight_hours = 8 * 3600 * 1000
+    assert to_timestamp_ms("2024-01-02 03:04:05") == utc_ms  # no zone: the default, UTC
+    assert to_timestamp_ms("2024-01-02 03:04:05", LOS_ANGELES) == utc_ms + eight_hours
+    for explicit in ("2024-01-02T03:04:05Z", "2024-01-02 03:04:05+00:00", "2024-01-02 03:04:05 UTC"):
+        assert to_timestamp_ms(explicit, LOS_ANGELES) == utc_ms  # an explicit zone is kept
+    assert to_timestamp_ms("2024-01-01 19:04:05-0800") == utc_ms
+    assert to_timestamp_ms("2024-01-01 19:04:05 America/Los_Angeles") == utc_ms
+    assert to_timestamp_ms("2024-1-2 3:4:5.1239999") == utc_ms + 123  # Spark's short forms; us precision
+    assert to_timestamp_ms("2024-01-02", LOS_ANGELES) == to_timestamp_ms("2024-01-02 08:00")
+    assert to_timestamp_ms("2024") == to_timestamp_ms("2024-01-01 00:00:00")
+    # a wall-clock time that happens twice is the earlier instant, as in Spark (Java's rule)
+    assert to_datetime("2024-11-03 01:30:00", LOS_ANGELES).utcoffset() == dt.timedelta(hours=-7)
+    for bad in ("20240102030405123", "2024-13-01", "2024-01-02 UTC", "2024-01-02 03:04:05 Mars/Base", ""):
+        with pytest.raises(ValueError, match=f"^{bad!r} is not a timestamp"):
+            to_timestamp_ms(bad)
+    assert [parse_zone(z).utcoffset(None) for z in ("+8", "GMT-08:00", "UT", "Z", "-0830")] == [
+        dt.timedelta(hours=h) for h in (8, -8, 0, 0, -8.5)
+    ]
+    assert parse_zone("PST") == LOS_ANGELES  # Java's short ids, which Spark accepts
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Base'"):
+        parse_zone("Mars/Base")
+    assert format_timestamp(utc_ms + 678) == "2024-01-02 03:04:05.678 UTC"
+    assert format_timestamp(utc_ms, LOS_ANGELES) == "2024-01-01 19:04:05.000 America/Los_Angeles"
+    assert format_timestamp(utc_ms, parse_zone("+05:30")) == "2024-01-02 08:34:05.000 UTC+05:30"
+    for zone in (dt.UTC, LOS_ANGELES, parse_zone("+05:30")):  # error texts read back as the same instant
+        assert to_timestamp_ms(format_timestamp(utc_ms - 1, zone)) == utc_ms - 1
+
+
+def test_timestamp_errors_show_the_zone_the_timestamp_was_given_in(time_travel_table: Path) -> None:
+    log = DeltaLog.for_table(str(time_travel_table))
+    assert log.snapshot(timestamp="2018-10-24 21:34:18").version == 1  # the Python API: no zone is UTC
+    assert log.snapshot(timestamp="2018-10-24 14:34:18 America/Los_Angeles").version == 1
+    with pytest.raises(TimestampOutOfRangeError) as info:
+        log.snapshot(timestamp="2018-10-24 14:00:00 America/Los_Angeles")
+    assert str(info.value) == (
+        "[DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION] The provided timestamp (2018-10-24 14:00:00.000 "
+        f"America/Los_Angeles) is before the earliest version available to table {log.table_path} (version 0"
+        " at 2018-10-24 14:14:18.000 America/Los_Angeles). Please use a timestamp after or at 2018-10-24"
+        " 14:14:18.000 America/Los_Angeles."
+    )
+    with pytest.raises(
+        TimestampOutOfRangeError, match=r"\(2018-10-24 22:00:00.000 UTC\) is after the latest"
+    ):
+        log.snapshot(timestamp="2018-10-24 22:00:00")
 
 
 def test_commit_times_are_forced_monotonic(time_travel_table: Path) -> None:

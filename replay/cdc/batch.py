@@ -12,6 +12,7 @@ reads them concurrently into one Arrow table with the read schema.
 
 from __future__ import annotations
 
+import datetime as _dt
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,8 +44,9 @@ from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, CommitInfo, Metadata, Protocol
 from replay.protocol.errors import DataLossError, VersionNotFoundError
 from replay.protocol.filenames import delta_file
-from replay.protocol.timestamps import Timestamp, to_timestamp_ms
-from replay.state.loader import load_snapshot
+from replay.protocol.table_config import TableConfiguration
+from replay.protocol.timestamps import UTC, Timestamp, to_datetime, to_timestamp_ms
+from replay.state.loader import KnownDescription, load_table_configuration
 from replay.state.snapshot import Snapshot
 from replay.state.table_log import TableLog
 
@@ -146,23 +148,23 @@ def _deletion_vector(read: ChangeRead) -> object:
 
 # -- version ranges ---------------------------------------------------------------------------
 def starting_version_for_timestamp(
-    delta_log: TableLog, timestamp_ms: int, *, allow_out_of_range: bool = False
+    delta_log: TableLog, timestamp_ms: int, *, allow_out_of_range: bool = False, zone: _dt.tzinfo = UTC
 ) -> int:
     """The first version committed at or after ``timestamp_ms`` (streaming start semantics).
 
     A timestamp before the earliest commit gives the earliest version. One after the latest
-    commit raises :class:`replay.protocol.errors.TimestampOutOfRangeError` unless ``allow_out_of_range``
-    (then it gives latest + 1).
+    commit raises :class:`replay.protocol.errors.TimestampOutOfRangeError` (showing times in
+    ``zone``) unless ``allow_out_of_range`` (then it gives latest + 1).
     """
     version = delta_log.version_at_timestamp(
-        timestamp_ms, can_return_last_commit=True, can_return_earliest_commit=True
+        timestamp_ms, can_return_last_commit=True, can_return_earliest_commit=True, zone=zone
     )
     if delta_log.commit_timestamp(version) >= timestamp_ms:
         return version
     if version + 1 <= delta_log.latest_version() or allow_out_of_range:
         return version + 1
     # Let the time-travel lookup raise its "after the latest version" error.
-    delta_log.version_at_timestamp(timestamp_ms)
+    delta_log.version_at_timestamp(timestamp_ms, zone=zone)
     return version + 1
 
 
@@ -189,8 +191,11 @@ def resolve_change_range(
     if starting_version is not None:
         start = int(starting_version)
     elif starting_timestamp is not None:
-        start_ts = to_timestamp_ms(starting_timestamp)
-        start = starting_version_for_timestamp(delta_log, start_ts, allow_out_of_range=allow_out_of_range)
+        start_moment = to_datetime(starting_timestamp)
+        start_ts = to_timestamp_ms(start_moment)
+        start = starting_version_for_timestamp(
+            delta_log, start_ts, allow_out_of_range=allow_out_of_range, zone=start_moment.tzinfo or UTC
+        )
     else:
         raise table_error(
             InvalidCDCRangeError,
@@ -200,8 +205,11 @@ def resolve_change_range(
     if ending_version is not None:
         end = int(ending_version)
     elif ending_timestamp is not None:
-        end_ts = to_timestamp_ms(ending_timestamp)
-        end = delta_log.version_at_timestamp(end_ts, can_return_last_commit=allow_out_of_range)
+        end_moment = to_datetime(ending_timestamp)
+        end_ts = to_timestamp_ms(end_moment)
+        end = delta_log.version_at_timestamp(
+            end_ts, can_return_last_commit=allow_out_of_range, zone=end_moment.tzinfo or UTC
+        )
     else:
         end = latest
     if start > latest:
@@ -375,9 +383,11 @@ def plan_changes(
     change in the range, or the start schema, cannot be read with the read schema; both before
     any data is read, in Delta's order (by version). The table description at ``start`` comes
     from the start commit when it carries both metadata and protocol (version 0 always does),
-    else from a snapshot; later metadata and protocol come from the commits read, so the latest
-    snapshot is loaded only when ``end`` is not the latest version. The log is listed once (or
-    not at all when ``listing``, the call's :func:`changes_listing`, is given).
+    else from the commits before it back to a checkpoint and that checkpoint's protocol and
+    metadata; later descriptions come from the commits read, and the latest version's (needed
+    only when ``end`` is not the latest version) from the commits after ``end``. No file state is
+    replayed and every log file is read at most once. The log is listed once (or not at all when
+    ``listing``, the call's :func:`changes_listing`, is given).
     """
     table = delta_log.table_path
     io = delta_log.io
@@ -385,13 +395,10 @@ def plan_changes(
         listing = changes_listing(io, start)
     changes = iter(iter_commits(io, start, end, fail_on_data_loss=fail_on_data_loss, listing=listing))
     first = next(changes, None)
-    metadata, protocol = (
-        _description_in(first[1]) if first is not None and first[0] == start else (None, None)
-    )
+    start_actions = first[1] if first is not None and first[0] == start else None
+    metadata, protocol = _description_in(start_actions or ())
     if metadata is None or protocol is None:
-        segment = segment_in_listing(io, listing, start)
-        start_snapshot = load_snapshot(io, segment) if segment is not None else delta_log.snapshot(start)
-        metadata, protocol = start_snapshot.metadata, start_snapshot.protocol
+        metadata, protocol = _description_at_start(delta_log, listing, start, start_actions)
     if not is_cdf_enabled(metadata):
         raise missing_change_data_error(start, start, end, table)
     start_metadata = metadata
@@ -399,9 +406,11 @@ def plan_changes(
     timestamps = CommitTimestamps(delta_log, listing)
     reads: list[ChangeRead] = []
     last_read = start
+    contiguous = start_actions is not None
     for version, actions in itertools.chain([first] if first is not None else [], changes):
         if version > end:
             break
+        contiguous = contiguous and version == last_read
         last_read = version + 1
         commit_metadata, commit_protocol = _description_in(actions)
         if commit_metadata is not None:
@@ -414,16 +423,17 @@ def plan_changes(
             reads.extend(plan_commit_reads(version, timestamps.of(version, actions), files))
     read_version, read_metadata, read_protocol = last_read - 1, metadata, protocol
     if last_read <= (listing.latest_version if listing.latest_version is not None else -1):
-        latest = delta_log.update()
+        known = KnownDescription(last_read - 1, protocol, metadata) if contiguous else None
+        latest_version, latest = _latest_description(delta_log, listing, known)
         read_version = batch_read_version(
             start_metadata,
             end=metadata,
             end_version=end,
             latest=latest.metadata,
-            latest_version=latest.version,
+            latest_version=latest_version,
             conf=delta_log.io.conf,
         )
-        if read_version == latest.version:
+        if read_version == latest_version:
             read_metadata, read_protocol = latest.metadata, latest.protocol
     check = BatchSchemaCheck(start, end, read_metadata, read_version, table)
     for version, commit_metadata in metadata_changes:
@@ -432,6 +442,38 @@ def plan_changes(
         check.check_schema_change(commit_metadata, version)
     check.check_start(start_metadata)
     return ChangePlan(table, reads, read_metadata, read_protocol, read_version)
+
+
+def _description_at_start(
+    delta_log: TableLog, listing: LogListing, start: int, start_actions: Sequence[Action] | None
+) -> tuple[Metadata, Protocol]:
+    """The metadata and protocol at ``start`` (whose commit's actions the caller may have read),
+    from the change read's listing: only the commits before it back to a checkpoint, and that
+    checkpoint's protocol and metadata, are read."""
+    io = delta_log.io
+    segment = segment_in_listing(io, listing, start)
+    if segment is None:
+        snapshot = delta_log.snapshot(start)
+        return snapshot.metadata, snapshot.protocol
+    config = load_table_configuration(io, segment, newest_actions=start_actions)
+    return config.metadata, config.protocol
+
+
+def _latest_description(
+    delta_log: TableLog, listing: LogListing, known: KnownDescription | None
+) -> tuple[int, TableConfiguration]:
+    """The latest version of the change read's listing and its configuration (checked readable).
+
+    ``known`` (the description at the last version the read walked) spares reading the commits up
+    to it and the checkpoint: only the commits after it are read.
+    """
+    io = delta_log.io
+    assert listing.latest_version is not None
+    segment = segment_in_listing(io, listing, listing.latest_version)
+    if segment is None:
+        latest = delta_log.update()
+        return latest.version, latest.config
+    return segment.version, load_table_configuration(io, segment, known=known)
 
 
 def change_read_snapshot(delta_log: TableLog, start: int, end: int) -> Snapshot:

@@ -45,8 +45,8 @@ from replay.cdc.offsets import (
 from replay.cdc.schema_checks import StreamSchemaCheck
 from replay.data.reader import TableReader
 from replay.protocol.actions import FileAction, Metadata
-from replay.protocol.errors import DeltaError, VersionNotFoundError
-from replay.protocol.timestamps import Timestamp, to_timestamp_ms
+from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError, VersionNotFoundError
+from replay.protocol.timestamps import UTC, Timestamp, to_datetime, to_timestamp_ms
 from replay.state.snapshot import Snapshot
 from replay.state.table_log import TableLog
 
@@ -240,26 +240,49 @@ class DeltaSource:
             return DeltaSourceOffset(self.table_id, latest + 1, BASE_INDEX, False)
         if self.starting_version is not None:
             version = int(self.starting_version)
-            if version > latest and not self.allow_out_of_range:
-                earliest = self.delta_log.earliest_version()
-                raise table_error(
-                    VersionNotFoundError,
-                    f"[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version {version}. "
-                    f"Available versions: [{earliest}, {latest}].",
-                    self.table,
-                    version=version,
-                    earliest=earliest,
-                    latest=latest,
-                )
+            self._check_starting_version(version, latest)
             return DeltaSourceOffset(self.table_id, version, BASE_INDEX, False)
         if self.starting_timestamp is not None:
+            moment = to_datetime(self.starting_timestamp)
             version = starting_version_for_timestamp(
                 self.delta_log,
-                to_timestamp_ms(self.starting_timestamp),
+                to_timestamp_ms(moment),
                 allow_out_of_range=self.allow_out_of_range,
+                zone=moment.tzinfo or UTC,
             )
             return DeltaSourceOffset(self.table_id, version, BASE_INDEX, False)
         return DeltaSourceOffset(self.table_id, latest, BASE_INDEX, True)
+
+    def _check_starting_version(self, version: int, latest: int) -> None:
+        """Delta's check of ``startingVersion`` when a query starts (``DeltaSource.getStartingVersion``).
+
+        First ``validateProtocolAt``: the snapshot at ``version`` is loaded, so a protocol this
+        library cannot read fails the query (:class:`UnsupportedTableFeatureError`); a snapshot that
+        loads ends the check. When it cannot be loaded for any other reason, the version must lie
+        between the oldest commit file and the latest version (``checkVersionExists`` without
+        ``mustBeRecreatable``; above the latest only with ``allow_out_of_range``), whatever
+        ``fail_on_data_loss`` says; otherwise :class:`VersionNotFoundError` with Delta's text.
+        """
+        if version <= latest:
+            try:
+                if version != self.read_snapshot.version:
+                    self._metadata_at(version)
+                return
+            except UnsupportedTableFeatureError:
+                raise
+            except (DeltaError, OSError) as exc:
+                logger.info("no snapshot of %s at starting version %d (%s)", self.table, version, exc)
+        earliest = self.delta_log.earliest_commit_version()
+        if version < earliest or (version > latest and not self.allow_out_of_range):
+            raise table_error(
+                VersionNotFoundError,
+                f"[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version {version}. "
+                f"Available versions: [{earliest}, {latest}].",
+                self.table,
+                version=version,
+                earliest=earliest,
+                latest=latest,
+            )
 
     def _changes(
         self, start: DeltaSourceOffset, limits: AdmissionLimits | None, end: DeltaSourceOffset | None

@@ -198,18 +198,18 @@ def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
 TIMESTAMP_HELP = (
     "a time as milliseconds since the epoch or ISO-8601 (2024-01-31, 2024-01-31T12:00:00.5, "
-    "2024-01-31 12:00:00+02:00); a time without a zone is UTC"
+    "2024-01-31 12:00:00+02:00, 2024-01-31 12:00:00 America/Los_Angeles); a time without a zone is UTC"
 )
 
 
 def _timestamp(text: str) -> str:
     """``--timestamp``: checked when parsed, so a bad value is a usage error naming the formats."""
-    import datetime as _dt
+    from replay.protocol.timestamps import to_timestamp_ms
 
     if text.isdigit():
         return text
     try:
-        _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        to_timestamp_ms(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {TIMESTAMP_HELP}") from None
     return text

@@ -173,7 +173,7 @@ class TableReader:
         uri = self.file_uri(file)
         data_fields = [f for f in fields if f.name not in self.partition_columns]
         try:
-            source = _parquet_source(uri, self.conf)
+            source = _parquet_source(uri, self.conf, getattr(file, "size", None))
             try:
                 parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
                 layout = _Layout.of(
@@ -447,12 +447,19 @@ def _scan_local(
         yield path, projected.empty_table()
 
 
-def _parquet_source(uri: str, conf: Mapping[str, str]) -> str | pa.BufferReader:
+def _parquet_source(uri: str, conf: Mapping[str, str], size: int | None = None) -> str | pa.BufferReader:
     """What pyarrow opens: the path of a local file, else the file's bytes (fetched here, so that a
-    storage error stays a storage error and only parsing errors mean a damaged file)."""
+    storage error stays a storage error and only parsing errors mean a damaged file).
+
+    ``size`` is the file's size as the log records it (Delta reads data files with that length):
+    when known, the bytes come with one ranged GET, where a plain fetch may ask for the size first
+    (s3fs sends a HEAD to decide whether to download in parts).
+    """
     fs, path = open_filesystem(uri, conf)
     if isinstance(fs, LocalFileSystem):
         return str(path)
+    if size is not None and size > 0:
+        return pa.BufferReader(fs.cat_file(path, start=0, end=size))
     return pa.BufferReader(fs.cat_file(path))
 
 

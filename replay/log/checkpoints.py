@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,14 +163,17 @@ def _may_hold_values(metadata: pq.FileMetaData, group: int, column: str) -> bool
     return False
 
 
-def _read_other_actions(parquet: pq.ParquetFile) -> list[dict[str, Any]]:
-    """The non-file actions (protocol, metadata, txn ...) of a Parquet checkpoint as dicts.
+def _read_other_actions(
+    parquet: pq.ParquetFile, kinds: Sequence[str] = NON_FILE_COLUMNS
+) -> list[dict[str, Any]]:
+    """The non-file actions (protocol, metadata, txn ...; those of ``kinds``) of a Parquet checkpoint
+    as dicts.
 
     They are a handful of rows among millions: row groups are read one at a time and skipped
     when their statistics show the columns hold only nulls.
     """
     names = parquet.schema_arrow.names
-    columns = [name for name in NON_FILE_COLUMNS if name in names]
+    columns = [name for name in kinds if name in names]
     rows: list[dict[str, Any]] = []
     for group in range(parquet.num_row_groups):
         wanted = [name for name in columns if _may_hold_values(parquet.metadata, group, name)]
@@ -179,13 +182,18 @@ def _read_other_actions(parquet: pq.ParquetFile) -> list[dict[str, Any]]:
     return rows
 
 
-def read_parquet_checkpoint(store: LogStore, path: str, *, file_rows_only: bool = False) -> CheckpointData:
+def read_parquet_checkpoint(
+    store: LogStore, status: FileStatus, *, file_rows_only: bool = False
+) -> CheckpointData:
     """Read one Parquet checkpoint file (classic part, V2 top-level or sidecar).
 
-    Raises :class:`CorruptLogError` naming ``path`` if it cannot be read.
+    ``status`` comes from a listing (or a sidecar action): the store opens the file knowing its
+    size (:meth:`~logstores.base.LogStore.open_file`), so an object store reads it without a HEAD.
+    Raises :class:`CorruptLogError` naming the file if it cannot be read.
     """
+    path = status.path
     try:
-        with store.open_input(path) as stream:
+        with store.open_file(status) as stream:
             parquet = pq.ParquetFile(stream)
             data = CheckpointData(files=[path])
             adds = _read_file_rows(parquet, "add", [*ADD_ARROW_TYPE.names, STATS_PARSED])
@@ -201,6 +209,38 @@ def read_parquet_checkpoint(store: LogStore, path: str, *, file_rows_only: bool 
         raise CorruptLogError(f"checkpoint file {path} is missing: {exc}", path=path) from exc
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise CorruptLogError(f"cannot read checkpoint file {path}: {exc}", path=path) from exc
+
+
+DESCRIPTION_COLUMNS = ("protocol", "metaData")
+
+
+def read_checkpoint_description(io: TableIO, files: Sequence[FileStatus]) -> list[dict[str, Any]]:
+    """The ``protocol`` and ``metaData`` actions of a complete checkpoint, as dicts.
+
+    Only those two columns of the Parquet parts are decoded, and V2 sidecars (which hold file
+    actions only) are not read. Raises :class:`CorruptLogError` naming the file that cannot be read.
+    """
+    actions: list[dict[str, Any]] = []
+    for status in files:
+        if status.path.endswith(".json"):
+            rows = read_json_checkpoint(io.store, status.path).actions
+            actions += [row for row in rows if any(row.get(name) is not None for name in DESCRIPTION_COLUMNS)]
+            continue
+        try:
+            with io.store.open_file(status) as stream:
+                parquet = pq.ParquetFile(stream)
+                actions += _read_other_actions(parquet, DESCRIPTION_COLUMNS)
+        except FileNotFoundError as exc:
+            raise CorruptLogError(
+                f"checkpoint file {status.path} is missing: {exc}", path=status.path
+            ) from exc
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            raise CorruptLogError(
+                f"cannot read checkpoint file {status.path}: {exc}", path=status.path
+            ) from exc
+        if {name for action in actions for name in action} >= set(DESCRIPTION_COLUMNS):
+            break  # a checkpoint holds one of each: the remaining parts are not read
+    return actions
 
 
 def read_json_checkpoint(store: LogStore, path: str) -> CheckpointData:
@@ -224,7 +264,7 @@ def read_checkpoint(
     if instance.format == CheckpointFormat.V2 and paths[0].endswith(".json"):
         parts = [read_json_checkpoint(io.store, paths[0])]
     else:
-        parts = _map(executor, lambda p: read_parquet_checkpoint(io.store, p), paths)
+        parts = _map(executor, lambda s: read_parquet_checkpoint(io.store, s), files)
     data = CheckpointData()
     for part in parts:
         data.adds += part.adds
@@ -238,9 +278,9 @@ def read_checkpoint(
                 f"checkpoint {paths[0]} lists sidecar files but has no checkpointMetadata action",
                 path=paths[0],
             )
-        sidecar_paths = [filenames.sidecar_file(io.log_path, sidecar["path"]) for sidecar in sidecars]
+        sidecar_files = [sidecar_status(io.log_path, sidecar) for sidecar in sidecars]
         for part in _map(
-            executor, lambda p: read_parquet_checkpoint(io.store, p, file_rows_only=True), sidecar_paths
+            executor, lambda s: read_parquet_checkpoint(io.store, s, file_rows_only=True), sidecar_files
         ):
             data.adds += part.adds
             data.removes += part.removes
@@ -248,8 +288,17 @@ def read_checkpoint(
     return data
 
 
+def sidecar_status(log_path: str, sidecar: Mapping[str, Any]) -> FileStatus:
+    """The file of a ``sidecar`` action of the log at ``log_path``, with the size and time it records."""
+    return FileStatus(
+        filenames.sidecar_file(log_path, sidecar["path"]),
+        int(sidecar.get("sizeInBytes") or 0),
+        int(sidecar.get("modificationTime") or 0),
+    )
+
+
 def _map(
-    executor: Executor | None, function: Callable[[str], CheckpointData], items: Sequence[str]
+    executor: Executor | None, function: Callable[[FileStatus], CheckpointData], items: Sequence[FileStatus]
 ) -> list[CheckpointData]:
     if executor is None or len(items) <= 1:
         return [function(item) for item in items]

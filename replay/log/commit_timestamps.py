@@ -8,6 +8,7 @@ In-Commit Timestamps were enabled at, the ``commitInfo.inCommitTimestamp`` of ea
 from __future__ import annotations
 
 import bisect
+import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from replay.log.listing import LogListing, earliest_recreatable_version
 from replay.log.table_io import TableIO
 from replay.progress import track
 from replay.protocol.errors import MissingVersionsError, TimestampOutOfRangeError
-from replay.protocol.timestamps import format_timestamp
+from replay.protocol.timestamps import UTC, format_timestamp
 
 
 @dataclass(frozen=True)
@@ -51,22 +52,24 @@ def active_commit_at(
     table: str,
     can_return_last_commit: bool = False,
     can_return_earliest_commit: bool = False,
+    zone: _dt.tzinfo = UTC,
 ) -> int:
     """Delta's ``getActiveCommitAtTime``: the last commit whose timestamp is ``<= timestamp_ms``.
 
     ``records`` are ascending by version with increasing timestamps. Raises
     :class:`TimestampOutOfRangeError` when the time is before the first record (unless
-    ``can_return_earliest_commit``) or after the last one (unless ``can_return_last_commit``).
+    ``can_return_earliest_commit``) or after the last one (unless ``can_return_last_commit``);
+    its message shows times in ``zone`` (the zone the caller's timestamp was given in).
     """
     if not records:
         raise TimestampOutOfRangeError(f"table {table} has no commits", table=table, timestamp=timestamp_ms)
     first, last = records[0], records[-1]
 
     def out_of_range(code: str, relation: str, record: CommitRecord, advice: str) -> TimestampOutOfRangeError:
+        given, committed = format_timestamp(timestamp_ms, zone), format_timestamp(record.timestamp, zone)
         return TimestampOutOfRangeError(
-            f"[{code}] The provided timestamp ({format_timestamp(timestamp_ms)}) is {relation} available to"
-            f" table {table} (version {record.version} at {format_timestamp(record.timestamp)}). Please use a"
-            f" timestamp {advice} {format_timestamp(record.timestamp)}.",
+            f"[{code}] The provided timestamp ({given}) is {relation} available to table {table}"
+            f" (version {record.version} at {committed}). Please use a timestamp {advice} {committed}.",
             table=table,
             timestamp=timestamp_ms,
             earliest=first.timestamp,

@@ -40,6 +40,15 @@ class LogListing:
     def latest_version(self) -> int | None:
         return self.deltas[-1][0] if self.deltas else None
 
+    def up_to(self, version: int) -> LogListing:
+        """The files of this listing that a table at ``version`` may use (nothing later)."""
+        return LogListing(
+            [(v, status) for v, status in self.deltas if v <= version],
+            [(start, end, status) for start, end, status in self.compacted if end <= version],
+            [status for status in self.checkpoints if filenames.checkpoint_version(status.name) <= version],
+            self.listed_from,
+        )
+
 
 def classify_listing(
     statuses: Iterable[FileStatus], max_version: int | None = None, listed_from: int = 0

@@ -266,6 +266,6 @@ def segment_in_listing(io: TableIO, listing: LogListing, version: int) -> LogSeg
     if listing.listed_from > 0 and latest_complete_checkpoint(listing.checkpoints, version) is None:
         return None
     try:
-        return select_log_segment(io.log_path, listing, io.table_path, version_to_load=version)
+        return select_log_segment(io.log_path, listing.up_to(version), io.table_path, version_to_load=version)
     except (MissingVersionsError, VersionNotFoundError):
         return None

@@ -16,10 +16,15 @@ from the Spark conf captured by :func:`register` and from options that look like
 settings (``fs.*``, ``spark.hadoop.*``, ``[spark.]delta.logStore.*``,
 ``[spark.]io.delta.storage.*``); Spark hands options over in lower case, so Delta's camel-case
 key names are restored (:func:`canonical_key`).
+
+Timestamp options are read as Spark casts a string to a timestamp, as Delta reads them: a time
+without a zone is in the session time zone (``spark.sql.session.timeZone``), an explicit offset,
+``Z`` or region is kept, and errors show times in the zone the timestamp was read in.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -75,6 +80,7 @@ from replay.cdc import (
 from replay.data import TableReader
 from replay.delta_log import DeltaLog
 from replay.protocol.errors import DeltaError
+from replay.protocol.timestamps import UTC, parse_zone, to_datetime
 from replay.spark.writer import WRITE_SESSION_KEYS, batch_writer, stream_writer
 from replay.state.snapshot import Snapshot
 
@@ -93,6 +99,8 @@ _CAMEL_CASE_WORDS = ("logStore", "S3DynamoDBLogStore", "tableName", "provisioned
 OUT_OF_RANGE_KEY = "spark.databricks.delta.changeDataFeed.timestampOutOfRange.enabled"
 SESSION_KEYS = (OUT_OF_RANGE_KEY, SCHEMA_MODE_KEY)
 """Delta SQL confs read from the session (or from the read options) besides storage settings."""
+TIME_ZONE_KEY = "spark.sql.session.timeZone"
+"""The zone timestamp options without one are read in (from the session, or from the read options)."""
 TARGET_PARTITION_BYTES = 128 * 1024 * 1024
 OPEN_COST_BYTES = 4 * 1024 * 1024
 PARALLELISM_HINT = 8
@@ -126,11 +134,11 @@ class ReadSettings:
     conf: dict[str, str]
     read_change_feed: bool = False
     version_as_of: int | None = None
-    timestamp_as_of: str | None = None
+    timestamp_as_of: _dt.datetime | None = None
     starting_version: int | str | None = None
     ending_version: int | None = None
-    starting_timestamp: str | None = None
-    ending_timestamp: str | None = None
+    starting_timestamp: _dt.datetime | None = None
+    ending_timestamp: _dt.datetime | None = None
     max_files_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     fail_on_data_loss: bool = True
@@ -155,6 +163,7 @@ class ReadSettings:
             if value is not None:
                 conf[key] = value
         out_of_range = lowered.get(OUT_OF_RANGE_KEY.lower(), session_conf.get(OUT_OF_RANGE_KEY, "false"))
+        zone = _time_zone(lowered.get(TIME_ZONE_KEY.lower(), session_conf.get(TIME_ZONE_KEY)))
         starting_version: int | str | None = None
         if "startingversion" in lowered:
             value = lowered["startingversion"].strip()
@@ -164,11 +173,11 @@ class ReadSettings:
             conf=conf,
             read_change_feed=_bool(lowered, "readchangefeed") or _bool(lowered, "readchangedata"),
             version_as_of=_optional_version(lowered, "versionasof", "versionAsOf"),
-            timestamp_as_of=lowered.get("timestampasof"),
+            timestamp_as_of=_timestamp(lowered, "timestampasof", zone),
             starting_version=starting_version,
             ending_version=_optional_version(lowered, "endingversion", "endingVersion"),
-            starting_timestamp=lowered.get("startingtimestamp"),
-            ending_timestamp=lowered.get("endingtimestamp"),
+            starting_timestamp=_timestamp(lowered, "startingtimestamp", zone),
+            ending_timestamp=_timestamp(lowered, "endingtimestamp", zone),
             max_files_per_trigger=_positive(lowered, "maxfilespertrigger", "maxFilesPerTrigger"),
             max_bytes_per_trigger=_size(lowered, "maxbytespertrigger", "maxBytesPerTrigger"),
             fail_on_data_loss=_bool(lowered, "failondataloss", default=True),
@@ -212,6 +221,33 @@ def _version(value: str, name: str) -> int:
 
 def _optional_version(options: Mapping[str, str], key: str, name: str) -> int | None:
     return _version(options[key].strip(), name) if key in options else None
+
+
+def _time_zone(name: str | None) -> _dt.tzinfo:
+    """The session time zone (UTC when the session's is unknown), checked as Spark checks it."""
+    if name is None:
+        return UTC
+    try:
+        return parse_zone(name)
+    except ValueError:
+        raise InvalidOptionError(
+            f"[INVALID_CONF_VALUE.TIME_ZONE] The value '{name}' in the config \"{TIME_ZONE_KEY}\" is "
+            "invalid. Cannot resolve the given timezone."
+        ) from None
+
+
+def _timestamp(options: Mapping[str, str], key: str, zone: _dt.tzinfo) -> _dt.datetime | None:
+    """A timestamp option as Spark casts the string (a time without a zone is in ``zone``)."""
+    if key not in options:
+        return None
+    value = options[key]
+    try:
+        return to_datetime(value, zone)
+    except ValueError:
+        raise InvalidOptionError(
+            f"[DELTA_TIMESTAMP_INVALID] The provided timestamp ('{value}') cannot be converted to a valid "
+            "timestamp."
+        ) from None
 
 
 def _positive(options: Mapping[str, str], key: str, name: str) -> int | None:
@@ -547,6 +583,15 @@ def _configured(name: str, format_name: str, conf: dict[str, str]) -> type[Delta
     return type(name, (DeltaLogDataSource,), attributes)
 
 
+def session_time_zone(spark: SparkSession) -> str | None:
+    """``spark.sql.session.timeZone`` as Spark applies it: the value set, else Spark's default (the
+    JVM's zone). ``spark.conf.get(key, None)`` would give ``None`` for an unset key."""
+    try:
+        return str(spark.conf.get(TIME_ZONE_KEY))
+    except Exception:  # noqa: BLE001 - Spark Connect or an old session: the library's UTC applies
+        return None
+
+
 def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     """Register the ``deltalog`` format on ``spark`` with its current storage and write settings,
     and ``delta`` as well when Delta Lake's own data source is not on the classpath (so existing
@@ -562,6 +607,9 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
             value = None
         if value is not None:
             conf[key] = str(value)
+    zone = session_time_zone(spark)
+    if zone is not None:
+        conf[TIME_ZONE_KEY] = zone
     configured = _configured("ConfiguredDeltaLogDataSource", FORMAT_NAME, conf)
     spark.dataSource.register(configured)
     if not delta_source_on_classpath(spark):

@@ -21,15 +21,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from logstores import create_log_store
+from logstores.base import FileStatus
 from replay.delta_log import DeltaLog
 from replay.log.checkpoint_instances import CheckpointFormat
-from replay.log.checkpoints import read_json_checkpoint, read_parquet_checkpoint
+from replay.log.checkpoints import read_json_checkpoint, read_parquet_checkpoint, sidecar_status
 from replay.log.commit_files import parse_json_lines
 from replay.log.log_replay import InMemoryLogReplay
 from replay.log.log_segment import LogSegment, load_log_segment
 from replay.protocol.actions import action_from_dict
 from replay.protocol.errors import MissingProtocolOrMetadataError
-from replay.protocol.filenames import sidecar_file
 from replay.protocol.paths import canonicalize_path, file_key
 from replay.protocol.table_properties import DELETED_FILE_RETENTION, SET_TRANSACTION_RETENTION
 
@@ -47,14 +47,17 @@ for file actions, and the action as one Delta log JSON line."""
 _SKIPPED_KINDS = frozenset({"commitInfo", "cdc", "checkpointMetadata", "sidecar"})
 
 
-def _log_lines(kind: str, path: str, conf: Mapping[str, str]) -> Iterator[bytes]:
-    """The JSON lines of one commit file or one checkpoint file, read through the LogStore."""
+def _log_lines(kind: str, path: str, size: int, conf: Mapping[str, str]) -> Iterator[bytes]:
+    """The JSON lines of one commit file or one checkpoint file (of ``size`` bytes), read through the
+    LogStore."""
     store = create_log_store(dict(conf))
     if kind == "commit":
         yield from store.read_bytes(path).split(b"\n")
         return
     data = (
-        read_json_checkpoint(store, path) if path.endswith(".json") else read_parquet_checkpoint(store, path)
+        read_json_checkpoint(store, path)
+        if path.endswith(".json")
+        else read_parquet_checkpoint(store, FileStatus(path, size, 0))
     )
     for action in data.actions:
         yield orjson.dumps(action)
@@ -65,10 +68,11 @@ def _log_lines(kind: str, path: str, conf: Mapping[str, str]) -> Iterator[bytes]
                 yield orjson.dumps({column: {k: v for k, v in row.items() if v is not None}})
 
 
-def _keyed_rows(task: tuple[int, str, str], conf: Mapping[str, str]) -> Iterator[tuple]:
-    """``(version, line, key, json)`` for every action of a task that replay needs."""
-    version, kind, path = task
-    for line, text in enumerate(_log_lines(kind, path, conf)):
+def _keyed_rows(task: tuple[int, str, str, int], conf: Mapping[str, str]) -> Iterator[tuple]:
+    """``(version, line, key, json)`` for every action of a task (version, kind, path, size) that
+    replay needs."""
+    version, kind, path, size = task
+    for line, text in enumerate(_log_lines(kind, path, size, conf)):
         raw = text
         if not raw.strip():
             continue
@@ -109,9 +113,10 @@ def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | N
     segment = _segment(delta_log, version)
     conf = dict(delta_log.conf)
     tasks = [
-        (segment.checkpoint_version, "checkpoint", path) for path in _checkpoint_files(delta_log, segment)
+        (segment.checkpoint_version, "checkpoint", status.path, status.size)
+        for status in _checkpoint_files(delta_log, segment)
     ]
-    tasks += [(end, "commit", status.path) for _, end, status in segment.replay_files]
+    tasks += [(end, "commit", status.path, status.size) for _, end, status in segment.replay_files]
     file_cutoff, txn_cutoff = retention_cutoffs(
         _latest_configuration(delta_log, segment), int(time.time() * 1000)
     )
@@ -140,26 +145,26 @@ def _segment(delta_log: DeltaLog, version: int | None) -> LogSegment:
     return load_log_segment(delta_log.io, version)
 
 
-def _checkpoint_files(delta_log: DeltaLog, segment: LogSegment) -> list[str]:
+def _checkpoint_files(delta_log: DeltaLog, segment: LogSegment) -> list[FileStatus]:
     """Every file of the segment's checkpoint: classic parts, or a V2 top-level file and its sidecars.
 
     Each becomes one Spark task. The V2 top-level file (small) is read here to list its sidecars.
     """
     if segment.checkpoint is None:
         return []
-    paths = [status.path for status in segment.checkpoint_files]
-    if segment.checkpoint.format != CheckpointFormat.V2 and len(paths) > 1:
-        return paths
-    top = paths[0]
-    if top.endswith(".json"):
-        rows = read_json_checkpoint(delta_log.store, top).actions
+    files = segment.checkpoint_files
+    if segment.checkpoint.format != CheckpointFormat.V2 and len(files) > 1:
+        return list(files)
+    top = files[0]
+    if top.path.endswith(".json"):
+        rows = read_json_checkpoint(delta_log.store, top.path).actions
     else:  # a single-part Parquet checkpoint may be V2 too: read only its sidecar column
-        with delta_log.store.open_input(top) as stream:
+        with delta_log.store.open_file(top) as stream:
             parquet = pq.ParquetFile(stream)
             has_sidecars = "sidecar" in parquet.schema_arrow.names
             rows = parquet.read(columns=["sidecar"]).to_pylist() if has_sidecars else []
-    sidecars = [row["sidecar"]["path"] for row in rows if row.get("sidecar") is not None]
-    return [top, *(sidecar_file(delta_log.log_path, sidecar) for sidecar in sidecars)]
+    sidecars = [row["sidecar"] for row in rows if row.get("sidecar") is not None]
+    return [top, *(sidecar_status(delta_log.log_path, sidecar) for sidecar in sidecars)]
 
 
 def _latest_configuration(delta_log: DeltaLog, segment: LogSegment) -> dict[str, str]:
@@ -180,7 +185,7 @@ def _latest_configuration(delta_log: DeltaLog, segment: LogSegment) -> dict[str,
         if status.name.endswith(".json"):
             rows = parse_json_lines(store.read_bytes(status.path), status.path)
         else:
-            with store.open_input(status.path) as stream:
+            with store.open_file(status) as stream:
                 parquet = pq.ParquetFile(stream)
                 if "metaData" not in parquet.schema_arrow.names:
                     continue

@@ -11,12 +11,13 @@ checkpoint cannot be read, the newest older complete checkpoint (or the commits 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any
 
 from logstores.base import FileStatus
-from replay.log.checkpoints import read_checkpoint
+from replay.log.checkpoints import read_checkpoint, read_checkpoint_description
 from replay.log.commit_files import (
     TASK_BYTES,
     ArrowCommit,
@@ -29,7 +30,7 @@ from replay.log.log_replay import MalformedActionError, ReverseLogReplay
 from replay.log.log_segment import LogSegment, build_log_segment, load_log_segment
 from replay.log.table_io import TableIO
 from replay.progress import track
-from replay.protocol.actions import Metadata, Protocol
+from replay.protocol.actions import Action, Metadata, Protocol
 from replay.protocol.errors import CorruptLogError, DeltaError, MissingProtocolOrMetadataError
 from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
@@ -128,10 +129,94 @@ def _replay_checkpoint(
         state.add_checkpoint_files(None, removes)
 
 
+# -- protocol and metadata alone -----------------------------------------------------------------
+@dataclass(frozen=True)
+class KnownDescription:
+    """The protocol and metadata in force at ``version``, known to the caller (see
+    :func:`load_table_configuration`)."""
+
+    version: int
+    protocol: Protocol
+    metadata: Metadata
+
+
+def load_table_configuration(
+    io: TableIO,
+    segment: LogSegment,
+    *,
+    newest_actions: Sequence[Action] | None = None,
+    known: KnownDescription | None = None,
+) -> TableConfiguration:
+    """The protocol and metadata of ``segment.version``, reading only what they need (Delta's
+    ``protocolAndMetadata`` reconstruction, without the file state).
+
+    The segment's commits are read newest first, only until both actions are found; then the
+    checkpoint's ``protocol`` and ``metaData`` columns. ``newest_actions`` are the actions of the
+    segment's last commit, already read by the caller (not read again). ``known`` gives the
+    description in force at an earlier version of the segment: commits up to it and the
+    checkpoint are then not read. Raises :class:`MissingProtocolOrMetadataError`, the errors of an
+    unreadable table (:meth:`TableConfiguration.check_readable`) and :class:`CorruptLogError`;
+    an unreadable checkpoint falls back as :func:`load_snapshot` does.
+    """
+    found: dict[str, Mapping[str, Any]] = {}
+
+    def take(lines: Iterable[Mapping[str, Any]]) -> bool:
+        for line in reversed(list(lines)):
+            for kind in _DESCRIPTION_KINDS:
+                if kind not in found and line.get(kind) is not None:
+                    found[kind] = line[kind]
+        return len(found) == len(_DESCRIPTION_KINDS)
+
+    floor = segment.checkpoint_version
+    if known is not None and known.version >= floor:
+        floor = known.version
+    else:
+        known = None
+    commits = [(end, status) for _, end, status in reversed(segment.replay_files) if end > floor]
+    if newest_actions is not None and commits and commits[0][0] == segment.version:
+        commits = commits[1:]
+        take(action.to_dict() for action in newest_actions)
+    statuses = [status for _, status in commits]
+    if len(found) < len(_DESCRIPTION_KINDS):
+        for lines in prefetch(io.executor(), lambda s: _description_lines(io, s), statuses, io.window):
+            if take(lines):
+                break
+    if len(found) < len(_DESCRIPTION_KINDS):
+        if known is not None:
+            found.setdefault("protocol", known.protocol.inner_dict())
+            found.setdefault("metaData", known.metadata.inner_dict())
+        elif segment.checkpoint is not None:
+            try:
+                take(read_checkpoint_description(io, segment.checkpoint_files))
+            except CorruptLogError:
+                return load_snapshot(io, segment).config
+    return _configuration_of(io, segment, found.get("protocol"), found.get("metaData"))
+
+
+_DESCRIPTION_KINDS = ("protocol", "metaData")
+
+
+def _description_lines(io: TableIO, status: FileStatus) -> list[dict[str, Any]]:
+    """The ``protocol`` and ``metaData`` lines of a commit file (none parsed when it names neither)."""
+    raw = read_commit_bytes(io, status)
+    if b'"protocol"' not in raw and b'"metaData"' not in raw:
+        return []
+    lines = parse_commit(io, status, raw)
+    return [line for line in lines if any(line.get(kind) is not None for kind in _DESCRIPTION_KINDS)]
+
+
 def _table_configuration(io: TableIO, segment: LogSegment, state: ReverseLogReplay) -> TableConfiguration:
     """The replayed protocol and metadata; raises if one is missing or the table is unreadable."""
-    if state.protocol is None or state.metadata is None:
-        missing = "protocol" if state.protocol is None else "metadata"
+    return _configuration_of(io, segment, state.protocol, state.metadata)
+
+
+def _configuration_of(
+    io: TableIO, segment: LogSegment, protocol: Mapping[str, Any] | None, metadata: Mapping[str, Any] | None
+) -> TableConfiguration:
+    """The configuration of ``protocol`` and ``metadata``; raises if one is missing or the table is
+    unreadable."""
+    if protocol is None or metadata is None:
+        missing = "protocol" if protocol is None else "metadata"
         raise MissingProtocolOrMetadataError(
             f"[DELTA_STATE_RECOVER_ERROR] The {missing} of your Delta table could not be recovered while"
             f" Reconstructing\nversion: {segment.version}. Did you manually delete files in the _delta_log"
@@ -141,8 +226,8 @@ def _table_configuration(io: TableIO, segment: LogSegment, state: ReverseLogRepl
             missing=missing,
         )
     config = TableConfiguration(
-        Protocol.from_dict(_without_nulls(state.protocol)),
-        Metadata.from_dict(_without_nulls(state.metadata)),
+        Protocol.from_dict(_without_nulls(protocol)),
+        Metadata.from_dict(_without_nulls(metadata)),
         io.table_path,
     )
     config.check_readable()

@@ -7,13 +7,14 @@ depend on this protocol, not on the facade, so that nothing below the facade imp
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Iterator
 from typing import Protocol
 
 from replay.log.commit_timestamps import CommitRecord
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Action
-from replay.protocol.timestamps import Timestamp
+from replay.protocol.timestamps import UTC, Timestamp
 from replay.state.snapshot import Snapshot
 
 
@@ -32,6 +33,10 @@ class TableLog(Protocol):
 
     def earliest_version(self) -> int:
         """The earliest version a snapshot can be built for."""
+        ...
+
+    def earliest_commit_version(self) -> int:
+        """The oldest commit file still in the log (it may not be recreatable)."""
         ...
 
     def update(self) -> Snapshot:
@@ -62,6 +67,8 @@ class TableLog(Protocol):
         *,
         can_return_last_commit: bool = False,
         can_return_earliest_commit: bool = False,
+        zone: _dt.tzinfo = UTC,
     ) -> int:
-        """The version active at ``timestamp_ms`` (Delta's ``getActiveCommitAtTime``)."""
+        """The version active at ``timestamp_ms`` (Delta's ``getActiveCommitAtTime``); errors show
+        times in ``zone``."""
         ...
