@@ -17,7 +17,9 @@ os.environ.setdefault("NO_GCE_CHECK", "True")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-pytest_plugins = ["tests.store_cases"]
+# The installed plugins (entry points ``pytest11``) are named here too, so the suite also runs where
+# the package is on the path without being installed; pytest loads a plugin once under its name.
+pytest_plugins = ["pytester", "logstores.testing", "replay.testing", "tests.store_cases"]
 if (REPO_ROOT / "tests" / "cloud_servers.py").exists():
     pytest_plugins.append("tests.cloud_servers")
 

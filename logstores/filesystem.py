@@ -19,7 +19,7 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from logstores.base import DEFAULT_TEMP_FILE_AGE_S, FileStatus, LineIterator, LogStore, encode_actions
-from logstores.errors import LogStoreError
+from logstores.errors import LogStoreConfError, LogStoreError
 from logstores.log_files import is_temp_file_name, temp_file_name
 from logstores.options import fsspec_protocol, storage_options
 from logstores.redaction import redact
@@ -34,15 +34,42 @@ def uri_scheme(path: str) -> str:
     return "" if len(scheme) == 1 else scheme
 
 
+def filesystem_class(scheme: str, path: str | None = None, *, log: bool = False) -> type[AbstractFileSystem]:
+    """The fsspec filesystem class serving the URI scheme ``scheme`` (``path`` is named in errors).
+
+    Raises :class:`LogStoreConfError` naming the scheme, and saying how to register a filesystem
+    for it, when fsspec knows none (fsspec's own error is a bare ``Protocol not known``); for a
+    log file (``log``) it also names the setting of a store that needs no fsspec filesystem.
+    """
+    protocol = fsspec_protocol(scheme)
+    try:
+        return fsspec.get_filesystem_class(protocol)
+    except ValueError:  # fsspec raises it only for an unknown protocol
+        pass
+    where = f" (path {path})" if path else ""
+    alternative = (
+        f"; or set spark.delta.logStore.{scheme}.impl to a LogStore that does not use fsspec"
+        if log
+        else " (data files are always read and written through fsspec)"
+    )
+    raise LogStoreConfError(
+        f"No filesystem is registered for the URI scheme '{scheme}'{where}: fsspec knows no protocol "
+        f"'{protocol}'. Register an fsspec filesystem for it with "
+        f"fsspec.register_implementation('{protocol}', 'your_package.YourFileSystem') in every process "
+        f"that uses it, or under the entry-point group 'fsspec.specs' of an installed package "
+        f"({protocol} = your_package:YourFileSystem) so Spark's Python workers find it too{alternative}"
+    )
+
+
 def open_filesystem(uri: str, conf: Mapping[str, str] | None = None) -> tuple[AbstractFileSystem, str]:
     """The fsspec filesystem serving ``uri`` under ``conf``, and ``uri`` as that filesystem's path.
 
     Storage options come from :func:`logstores.options.storage_options`, so data files are
-    reached with the same settings as the log.
+    reached with the same settings as the log. Raises :class:`LogStoreConfError` for a scheme
+    fsspec does not know (see :func:`filesystem_class`).
     """
     scheme = uri_scheme(uri)
-    protocol = fsspec_protocol(scheme)
-    fs = fsspec.filesystem(protocol, **storage_options(scheme, conf or {}))
+    fs = filesystem_class(scheme, uri)(**storage_options(scheme, conf or {}))
     return fs, _strip(fs, uri, scheme)
 
 
@@ -166,11 +193,15 @@ class FileSystemLogStore(LogStore):
         return options
 
     def filesystem(self, path: str) -> AbstractFileSystem:
-        """The fsspec filesystem serving ``path`` (one instance per scheme, cached)."""
+        """The fsspec filesystem serving ``path`` (one instance per scheme, cached).
+
+        Raises :class:`LogStoreConfError` for a scheme fsspec does not know.
+        """
         scheme = uri_scheme(path)
         with self._filesystems_lock:
             fs = self._filesystems.get(scheme)
             if fs is None:
+                filesystem_class(scheme, path, log=True)  # a clear error for an unknown scheme
                 options = self.filesystem_options(scheme)
                 logger.debug("%s opens %s with %s", type(self).__name__, scheme or "file", redact(options))
                 fs = self._filesystems[scheme] = self.new_filesystem(scheme, options)

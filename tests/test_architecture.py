@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "replay.__main__": 7,
     "replay.spark": 7,
     "replay.cli": 7,
+    "replay.testing": 7,
 }
 """Layer of each package or module (the longest matching prefix wins); a module may import its
 own layer and those below. ``replay`` itself is its ``__init__``: the public API, on top."""

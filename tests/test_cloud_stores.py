@@ -40,9 +40,9 @@ from tests.cloud_servers import (
     FaultProxy,
     GCSServer,
     MotoServer,
-    dynamodb_conf,
+    dynamodb_settings,
     free_port,
-    s3_conf,
+    s3_settings,
     unique_name,
 )
 from tests.store_cases import StoreUnderTest
@@ -128,7 +128,7 @@ def test_s3_list_from_starts_after_the_previous_key(
     moto_server: MotoServer, fault_proxy: ProxyFactory
 ) -> None:
     proxy = fault_proxy(moto_server.endpoint)
-    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    store = S3LogStore(s3_settings(moto_server, proxy.endpoint))
     store.list_page_size = 10
     bucket = moto_server.create_bucket()
     client = moto_server.client("s3")
@@ -168,11 +168,11 @@ def test_gcs_list_from_uses_start_offset(gcs_server: GCSServer, fault_proxy: Pro
 
 
 def test_azure_list_from_sends_one_listing_from_start_from(
-    azurite: Azurite, fault_proxy: ProxyFactory
+    azurite_server: Azurite, fault_proxy: ProxyFactory
 ) -> None:
-    proxy = fault_proxy(azurite.endpoint)
-    store = AzureLogStore(azurite.conf(proxy.endpoint))
-    table = f"abfs://{azurite.create_container()}/t"
+    proxy = fault_proxy(azurite_server.endpoint)
+    store = AzureLogStore(azurite_server.conf(proxy.endpoint))
+    table = f"abfs://{azurite_server.create_container()}/t"
     log = f"{table}/_delta_log"
     for version in range(25):
         store.write(f"{log}/{commit_name(version)}", ["x"], overwrite=True)
@@ -187,11 +187,13 @@ def test_azure_list_from_sends_one_listing_from_start_from(
     assert f"startFrom=t/_delta_log/{commit_name(20)}" in listing.path
 
 
-def test_azure_list_from_without_start_from_support(azurite: Azurite, fault_proxy: ProxyFactory) -> None:
+def test_azure_list_from_without_start_from_support(
+    azurite_server: Azurite, fault_proxy: ProxyFactory
+) -> None:
     """A service that refuses ``startFrom`` (an older API version) gets whole-prefix listings."""
-    proxy = fault_proxy(azurite.endpoint)
-    store = AzureLogStore(azurite.conf(proxy.endpoint))
-    log = f"abfs://{azurite.create_container()}/t/_delta_log"
+    proxy = fault_proxy(azurite_server.endpoint)
+    store = AzureLogStore(azurite_server.conf(proxy.endpoint))
+    log = f"abfs://{azurite_server.create_container()}/t/_delta_log"
     for version in range(5):
         store.write(f"{log}/{commit_name(version)}", ["x"], overwrite=True)
     proxy.faults.append(Fault("GET", "startFrom=", status=400, landed=False))
@@ -219,7 +221,7 @@ def test_s3_commit_whose_response_was_lost_succeeds(
     moto_server: MotoServer, fault_proxy: ProxyFactory
 ) -> None:
     proxy = fault_proxy(moto_server.endpoint)
-    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    store = S3LogStore(s3_settings(moto_server, proxy.endpoint))
     bucket = moto_server.create_bucket()
     target = f"s3://{bucket}/t/_delta_log/{commit_name(0)}"
     store.write(f"s3://{bucket}/t/_delta_log/warm-up", ["x"])  # the bucket check is done
@@ -231,7 +233,7 @@ def test_s3_commit_whose_response_was_lost_succeeds(
 
 def single_attempt_s3_conf(moto_server: MotoServer, endpoint: str) -> dict[str, str]:
     """S3 settings through ``endpoint`` with no SDK retries and no conditional-write probe."""
-    return s3_conf(
+    return s3_settings(
         moto_server,
         endpoint,
         **{
@@ -264,7 +266,7 @@ def test_s3_ambiguous_write_over_another_writers_object(
 def test_s3_identical_bytes_of_another_token_do_not_win(moto_server: MotoServer) -> None:
     bucket = moto_server.create_bucket()
     target = f"s3://{bucket}/t/_delta_log/{commit_name(0)}"
-    first, second = S3LogStore(s3_conf(moto_server)), S3LogStore(s3_conf(moto_server))
+    first, second = S3LogStore(s3_settings(moto_server)), S3LogStore(s3_settings(moto_server))
     first.write(target, ["same"])
     with pytest.raises(FileExistsError):
         second.write(target, ["same"])
@@ -346,10 +348,12 @@ def test_gcs_resumable_commit_refused_by_its_precondition_is_file_exists(
     assert len(resumable_requests(proxy)[0]) == 1  # no second attempt: the object is another writer's
 
 
-def test_azure_commit_whose_response_was_lost_succeeds(azurite: Azurite, fault_proxy: ProxyFactory) -> None:
-    proxy = fault_proxy(azurite.endpoint)
-    store = AzureLogStore(azurite.conf(proxy.endpoint))
-    target = f"abfs://{azurite.create_container()}/t/_delta_log/{commit_name(0)}"
+def test_azure_commit_whose_response_was_lost_succeeds(
+    azurite_server: Azurite, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(azurite_server.endpoint)
+    store = AzureLogStore(azurite_server.conf(proxy.endpoint))
+    target = f"abfs://{azurite_server.create_container()}/t/_delta_log/{commit_name(0)}"
     proxy.faults.append(Fault("PUT", commit_name(0), status=503, landed=True))
     store.write(target, ["ours"])
     assert store.read(target) == ["ours"]
@@ -380,7 +384,7 @@ def test_unreachable_endpoint_fails_fast_naming_it(scheme: str) -> None:
 
 
 def test_s3_missing_bucket(moto_server: MotoServer) -> None:
-    for store in (S3LogStore(s3_conf(moto_server)), S3SingleDriverLogStore(s3_conf(moto_server))):
+    for store in (S3LogStore(s3_settings(moto_server)), S3SingleDriverLogStore(s3_settings(moto_server))):
         with pytest.raises(FileNotFoundError, match="S3 bucket 'no-such-bucket' does not exist"):
             store.write(f"s3://no-such-bucket/t/_delta_log/{commit_name(0)}", ["x"])
         with pytest.raises(FileNotFoundError, match="S3 bucket 'no-such-bucket' does not exist"):
@@ -395,8 +399,8 @@ def test_gcs_missing_bucket(gcs_server: GCSServer) -> None:
         list(store.list_from(f"gs://no-such-bucket/t/_delta_log/{commit_name(0)}"))
 
 
-def test_azure_missing_container(azurite: Azurite) -> None:
-    store = AzureLogStore(azurite.conf())
+def test_azure_missing_container(azurite_server: Azurite) -> None:
+    store = AzureLogStore(azurite_server.conf())
     with pytest.raises(FileNotFoundError, match="Azure container 'no-such-container' does not exist"):
         store.write(f"abfs://no-such-container/t/_delta_log/{commit_name(0)}", ["x"])
 
@@ -406,10 +410,10 @@ def test_azure_store_refuses_adls_gen1() -> None:
         AzureLogStore({"spark.delta.logStore.adl.options.store_name": "x"}).write("adl://x/t/0", ["x"])
 
 
-def test_azure_wrong_key_is_a_permission_error_without_the_key(azurite: Azurite) -> None:
+def test_azure_wrong_key_is_a_permission_error_without_the_key(azurite_server: Azurite) -> None:
     wrong_key = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
-    store = AzureLogStore(azurite.conf(key=wrong_key))
-    container = azurite.create_container()
+    store = AzureLogStore(azurite_server.conf(key=wrong_key))
+    container = azurite_server.create_container()
     with pytest.raises(
         PermissionError, match=f"access to abfs://{container}/t/_delta_log/.* was denied"
     ) as info:
@@ -422,7 +426,7 @@ def test_s3_wrong_credentials_are_a_permission_error_without_the_secret(
     moto_server_checking_credentials: MotoServer,
 ) -> None:
     secret = "wrong-secret-that-must-not-leak"
-    conf = s3_conf(moto_server_checking_credentials, **{"spark.hadoop.fs.s3a.secret.key": secret})
+    conf = s3_settings(moto_server_checking_credentials, **{"spark.hadoop.fs.s3a.secret.key": secret})
     uri = f"s3a://bucket/t/_delta_log/{commit_name(0)}"
     endpoint = moto_server_checking_credentials.endpoint
     for store in (S3LogStore(conf), S3SingleDriverLogStore(conf)):
@@ -431,7 +435,7 @@ def test_s3_wrong_credentials_are_a_permission_error_without_the_secret(
         ) as info:
             store.write(uri, ["x"])
         assert secret not in str(info.value)
-    dynamo = S3DynamoDBLogStore(dynamodb_conf(moto_server_checking_credentials, unique_name("ddb")))
+    dynamo = S3DynamoDBLogStore(dynamodb_settings(moto_server_checking_credentials, unique_name("ddb")))
     denied = r"access to DynamoDB table `.*` in us-east-1 was denied \((UnrecognizedClientException|403)\)"
     with pytest.raises(PermissionError, match=denied) as info:
         dynamo.get_latest_external_entry("s3a://bucket/t")
@@ -445,14 +449,14 @@ def test_s3_service_ignoring_if_none_match_is_refused(
     proxy.dropped_headers.add("if-none-match")
     bucket = moto_server.create_bucket()
     target = f"s3://{bucket}/t/_delta_log/{commit_name(0)}"
-    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    store = S3LogStore(s3_settings(moto_server, proxy.endpoint))
     with pytest.raises(
         ConditionalWriteUnsupportedError, match=r"S3SingleDriverLogStore .* S3DynamoDBLogStore"
     ):
         store.write(target, ["x"])
     assert moto_server.client("s3").list_objects_v2(Bucket=bucket)["KeyCount"] == 0  # probe removed
     # The DynamoDB store gives mutual exclusion on such a service.
-    dynamo = S3DynamoDBLogStore(dynamodb_conf(moto_server, unique_name("ddb"), proxy.endpoint))
+    dynamo = S3DynamoDBLogStore(dynamodb_settings(moto_server, unique_name("ddb"), proxy.endpoint))
     dynamo.write(target, ["x"])
     with pytest.raises(FileExistsError):
         dynamo.write(target, ["y"])
@@ -463,7 +467,7 @@ def test_s3_service_rejecting_if_none_match_is_refused(
 ) -> None:
     proxy = fault_proxy(moto_server.endpoint)
     proxy.faults.append(Fault("PUT", "conditional-write-check", status=501, landed=False))
-    store = S3LogStore(s3_conf(moto_server, proxy.endpoint))
+    store = S3LogStore(s3_settings(moto_server, proxy.endpoint))
     with pytest.raises(ConditionalWriteUnsupportedError, match="answered 501"):
         store.write(f"s3://{moto_server.create_bucket()}/t/_delta_log/{commit_name(0)}", ["x"])
 
@@ -491,7 +495,7 @@ def test_spark_conf_reaches_s3(moto_server: MotoServer) -> None:
 def test_spark_conf_chooses_the_dynamodb_store(moto_server: MotoServer) -> None:
     table = unique_name("ddb")
     settings = {
-        **dynamodb_conf(moto_server, table),
+        **dynamodb_settings(moto_server, table),
         "spark.delta.logStore.s3a.impl": "io.delta.storage.S3DynamoDBLogStore",
     }
     bucket = moto_server.create_bucket()
@@ -513,12 +517,14 @@ def test_spark_conf_reaches_gcs(gcs_server: GCSServer) -> None:
 
 
 @pytest.mark.parametrize("scheme", ["abfs", "abfss", "wasb", "wasbs"])
-def test_spark_conf_reaches_azure(azurite: Azurite, scheme: str) -> None:
-    settings = {f"spark.delta.logStore.{scheme}.options.connection_string": azurite.connection_string()}
+def test_spark_conf_reaches_azure(azurite_server: Azurite, scheme: str) -> None:
+    settings = {
+        f"spark.delta.logStore.{scheme}.options.connection_string": azurite_server.connection_string()
+    }
     conf = spark_conf(settings)
     store = create_log_store(conf)
     assert explain_log_store(f"{scheme}://c/t", conf).store_class is AzureLogStore
-    container = azurite.create_container()
+    container = azurite_server.create_container()
     host = "dfs" if scheme.startswith("abfs") else "blob"
     root = f"{scheme}://{container}@{AZURITE_ACCOUNT}.{host}.core.windows.net/t"
     store.write(f"{root}/_delta_log/{commit_name(0)}", ["hello"])
@@ -529,12 +535,12 @@ def test_spark_conf_reaches_azure(azurite: Azurite, scheme: str) -> None:
 
 @pytest.mark.spark
 def test_spark_session_conf_reaches_every_cloud(
-    spark: Any, moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite
+    spark: Any, moto_server: MotoServer, gcs_server: GCSServer, azurite_server: Azurite
 ) -> None:
     settings = {
         **moto_server.s3a_conf(),
         **gcs_server.conf(),
-        "spark.delta.logStore.abfss.options.connection_string": azurite.connection_string(),
+        "spark.delta.logStore.abfss.options.connection_string": azurite_server.connection_string(),
     }
     for key, value in settings.items():
         spark.conf.set(key, value)
@@ -546,7 +552,7 @@ def test_spark_session_conf_reaches_every_cloud(
     roots = [
         f"s3a://{moto_server.create_bucket()}/t",
         f"gs://{gcs_server.create_bucket()}/t",
-        f"abfss://{azurite.create_container()}@{AZURITE_ACCOUNT}.dfs.core.windows.net/t",
+        f"abfss://{azurite_server.create_container()}@{AZURITE_ACCOUNT}.dfs.core.windows.net/t",
     ]
     for root in roots:
         store.write(f"{root}/_delta_log/{commit_name(0)}", [root])
@@ -638,13 +644,13 @@ def test_explicit_options_override_hadoop_keys() -> None:
 
 # -- secrets ---------------------------------------------------------------------------------------
 def test_secrets_never_reach_repr_errors_or_logs(
-    moto_server: MotoServer, azurite: Azurite, caplog: pytest.LogCaptureFixture
+    moto_server: MotoServer, azurite_server: Azurite, caplog: pytest.LogCaptureFixture
 ) -> None:
     secret = "s3cr3t-Value-That-Must-Not-Leak"
     caplog.set_level(logging.DEBUG)
     s3 = create_log_store(
         {
-            **s3_conf(moto_server),
+            **s3_settings(moto_server),
             "spark.hadoop.fs.s3a.secret.key": secret,
             "spark.hadoop.fs.s3a.session.token": secret,
         }
@@ -657,10 +663,14 @@ def test_secrets_never_reach_repr_errors_or_logs(
         list(s3.list_from(f"s3a://no-such-bucket/t/_delta_log/{commit_name(0)}"))
     azure_key = "c2VjcmV0LWF6dXJlLWtleS10aGF0LW11c3Qtbm90LWxlYWs="
     azure = create_log_store(
-        {"spark.delta.logStore.abfs.options.connection_string": azurite.connection_string(key=azure_key)}
+        {
+            "spark.delta.logStore.abfs.options.connection_string": azurite_server.connection_string(
+                key=azure_key
+            )
+        }
     )
     with pytest.raises(PermissionError) as denied:
-        azure.write(f"abfs://{azurite.create_container()}/t/_delta_log/{commit_name(0)}", ["x"])
+        azure.write(f"abfs://{azurite_server.create_container()}/t/_delta_log/{commit_name(0)}", ["x"])
     our_logs = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("logstores"))
     assert "LogStore" in our_logs  # the stores did log
     for text in (repr(s3), repr(azure), str(conflict.value), str(missing.value), str(denied.value), our_logs):
@@ -687,12 +697,12 @@ def test_every_cloud_store_is_exported() -> None:
 
 @pytest.mark.parametrize("where", ["s3", "gcs", "azure"])
 def test_a_missing_bucket_is_named_instead_of_no_commit_files(
-    where: str, moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite
+    where: str, moto_server: MotoServer, gcs_server: GCSServer, azurite_server: Azurite
 ) -> None:
     uri, conf, kind = {
-        "s3": ("s3a://no-such-bucket/t", s3_conf(moto_server), "S3 bucket"),
+        "s3": ("s3a://no-such-bucket/t", s3_settings(moto_server), "S3 bucket"),
         "gcs": ("gs://no-such-bucket/t", gcs_server.conf(), "GCS bucket"),
-        "azure": ("abfs://no-such-container/t", azurite.conf(), "Azure container"),
+        "azure": ("abfs://no-such-container/t", azurite_server.conf(), "Azure container"),
     }[where]
     name = uri.split("/")[2]
     with pytest.raises(BucketNotFoundError, match=f"{kind} '{name}' does not exist") as error:

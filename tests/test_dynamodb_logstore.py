@@ -21,7 +21,7 @@ from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile
 from replay.protocol.errors import ConcurrentModificationError
 from replay.txn.committer import commit
-from tests.cloud_servers import Fault, FaultProxy, MotoServer, dynamodb_conf, free_port, unique_name
+from tests.cloud_servers import Fault, FaultProxy, MotoServer, dynamodb_settings, free_port, unique_name
 
 pytestmark = pytest.mark.cloud
 
@@ -113,7 +113,9 @@ class Table:
 @pytest.fixture
 def table(moto_server: MotoServer) -> Table:
     ddb_table = unique_name("ddb")
-    return Table(moto_server, dynamodb_conf(moto_server, ddb_table), ddb_table, moto_server.create_bucket())
+    return Table(
+        moto_server, dynamodb_settings(moto_server, ddb_table), ddb_table, moto_server.create_bucket()
+    )
 
 
 # -- the protocol ----------------------------------------------------------------------------------
@@ -272,7 +274,10 @@ def test_listing_asks_dynamodb_once_and_only_for_log_paths(
     moto_server: MotoServer, fault_proxy: Callable[[str], FaultProxy]
 ) -> None:
     proxy = fault_proxy(moto_server.endpoint)
-    conf = {**dynamodb_conf(moto_server, unique_name("ddb")), f"{SPARK_PREFIX}ddb.endpoint": proxy.endpoint}
+    conf = {
+        **dynamodb_settings(moto_server, unique_name("ddb")),
+        f"{SPARK_PREFIX}ddb.endpoint": proxy.endpoint,
+    }
     store = S3DynamoDBLogStore(conf)
     root = f"s3a://{moto_server.create_bucket()}/t"
     store.write(f"{root}/_delta_log/{commit_name(0)}", ["zero"])

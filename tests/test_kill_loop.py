@@ -27,7 +27,7 @@ from logstores import create_log_store
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata, Protocol
 from replay.txn.committer import commit
-from tests.cloud_servers import MotoServer, dynamodb_conf, s3_conf, unique_name
+from tests.cloud_servers import MotoServer, dynamodb_settings, s3_settings, unique_name
 from tests.crash_writers import commit_until_killed
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
@@ -134,7 +134,7 @@ def test_writers_killed_at_random_moments_lose_and_tear_nothing(
     else:
         moto: MotoServer = request.getfixturevalue("moto_server")
         uri = f"s3a://{moto.create_bucket()}/table"
-        conf = s3_conf(moto) if where == "s3" else dynamodb_conf(moto, unique_name("kill"))
+        conf = s3_settings(moto) if where == "s3" else dynamodb_settings(moto, unique_name("kill"))
         if where == "s3_dynamodb":
             conf["spark.delta.logStore.s3a.impl"] = "io.delta.storage.S3DynamoDBLogStore"
     creator = DeltaLog(uri, conf, create_log_store(conf))

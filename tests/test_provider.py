@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -319,3 +320,81 @@ def test_a_bare_local_path_is_a_file_path(key: str, path: str) -> None:
 def test_bare_and_file_paths_share_one_delegate(tmp_path: Path) -> None:
     store = create_log_store({})
     assert store.get_delegate(str(tmp_path)) is store.get_delegate(f"file://{tmp_path}")  # type: ignore[attr-defined]
+
+
+# -- schemes fsspec does not know ------------------------------------------------------------------
+def test_a_scheme_fsspec_does_not_know_is_named_with_how_to_register_it() -> None:
+    store = create_log_store({})
+    with pytest.raises(LogStoreConfError) as caught:
+        store.read("acme://bucket/t/_delta_log/00000000000000000000.json")
+    message = str(caught.value)
+    assert message.startswith(
+        "No filesystem is registered for the URI scheme 'acme' (path acme://bucket/t/_delta_log/"
+    )
+    assert "fsspec.register_implementation('acme', " in message
+    assert "entry-point group 'fsspec.specs'" in message
+    assert "Spark's Python workers find it too" in message
+    assert "spark.delta.logStore.acme.impl" in message  # a log store needs no fsspec filesystem
+    with pytest.raises(LogStoreConfError, match=r"scheme 'acme'.*data files are always read and written"):
+        logstores.open_filesystem("acme://bucket/t/part-00000.parquet")
+
+
+ACME_FILESYSTEM = """
+from fsspec.implementations.memory import MemoryFileSystem
+
+
+def acme_filesystem(scheme):
+    class AcmeFileSystem(MemoryFileSystem):  # fsspec's in-memory files under another scheme
+        protocol = scheme
+
+        @classmethod
+        def _strip_protocol(cls, path):
+            return super()._strip_protocol(path.removeprefix(f"{scheme}://"))
+
+    return AcmeFileSystem
+
+
+AcmeFileSystem = acme_filesystem("acmefs")
+"""
+
+
+def test_a_registered_filesystem_serves_the_scheme() -> None:
+    import uuid
+
+    import fsspec
+
+    namespace: dict[str, Any] = {}
+    exec(ACME_FILESYSTEM, namespace)
+    scheme = f"acme{uuid.uuid4().hex[:8]}"
+    fsspec.register_implementation(scheme, namespace["acme_filesystem"](scheme))
+    store = create_log_store({})
+    store.create_directories(f"{scheme}://bucket/t/_delta_log")
+    target = f"{scheme}://bucket/t/_delta_log/00000000000000000000.json"
+    store.write(target, ["{}"])
+    assert store.read(target) == ["{}"]
+    assert [status.path for status in store.list_from(target)] == [target]
+
+
+def test_a_filesystem_from_the_fsspec_specs_entry_point_serves_the_scheme(tmp_path: Path) -> None:
+    """What the error recommends for Spark's workers: a package's ``fsspec.specs`` entry point."""
+    (tmp_path / "acme_fs.py").write_text(ACME_FILESYSTEM)
+    dist_info = tmp_path / "acme_fs-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-fs\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text("[fsspec.specs]\nacmefs = acme_fs:AcmeFileSystem\n")
+    script = (
+        "from logstores import create_log_store\n"
+        "store = create_log_store({})\n"
+        "store.create_directories('acmefs://bucket/t/_delta_log')\n"
+        "store.write('acmefs://bucket/t/_delta_log/00000000000000000000.json', ['{}'])\n"
+        "print(store.read('acmefs://bucket/t/_delta_log/00000000000000000000.json'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['{}']"

@@ -111,7 +111,7 @@ def test_the_secret_filter_scrubs_messages_arguments_and_tracebacks() -> None:
 
 
 # -- planted secrets, every output searched --------------------------------------------------------------
-def planted_confs(moto: MotoServer, gcs: GCSServer, azurite: Azurite) -> dict[str, dict[str, str]]:
+def planted_confs(moto: MotoServer, gcs: GCSServer, azurite_server: Azurite) -> dict[str, dict[str, str]]:
     port = moto.endpoint.rsplit(":", 1)[1]
     s3 = {
         "spark.hadoop.fs.s3a.endpoint": moto.endpoint,
@@ -142,7 +142,7 @@ def planted_confs(moto: MotoServer, gcs: GCSServer, azurite: Azurite) -> dict[st
             ),
         },
         "azure": {
-            "spark.delta.logStore.abfs.options.connection_string": azurite.connection_string(
+            "spark.delta.logStore.abfs.options.connection_string": azurite_server.connection_string(
                 key=SECRETS["azure-key"].encode().hex()
             ),
             f"spark.hadoop.fs.azure.sas.c.{AZURITE_ACCOUNT}.blob.core.windows.net": (
@@ -211,17 +211,17 @@ def exercise(store: LogStore, uri: str) -> list[str]:
 def test_planted_secrets_never_appear_in_repr_logs_or_errors(
     moto_server: MotoServer,
     gcs_server: GCSServer,
-    azurite: Azurite,
+    azurite_server: Azurite,
     caplog: pytest.LogCaptureFixture,
     our_logs: ListHandler,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    confs = planted_confs(moto_server, gcs_server, azurite)
+    confs = planted_confs(moto_server, gcs_server, azurite_server)
     every = {key: value for conf in confs.values() for key, value in conf.items()}
     caplog.handler.addFilter(SecretFilter(secret_values(every)))
     buckets = {
         "s3a": moto_server.create_bucket(),
-        "abfs": azurite.create_container(),
+        "abfs": azurite_server.create_container(),
         "gs": gcs_server.create_bucket(),
     }
     texts: list[str] = []
@@ -251,9 +251,12 @@ def conf_args(conf: dict[str, str]) -> list[str]:
 @pytest.mark.cloud
 @pytest.mark.timeout(240)
 def test_planted_secrets_never_appear_in_cli_output(
-    moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite, capsys: pytest.CaptureFixture[str]
+    moto_server: MotoServer,
+    gcs_server: GCSServer,
+    azurite_server: Azurite,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    confs = planted_confs(moto_server, gcs_server, azurite)
+    confs = planted_confs(moto_server, gcs_server, azurite_server)
     outputs: list[str] = []
     for name, conf in confs.items():
         uri = f"{URIS[name]}://bucket/{name}"
@@ -281,13 +284,13 @@ def test_planted_secrets_never_appear_in_cli_output(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name", ["dynamodb", "userinfo", "azure"])
 def test_planted_secrets_never_appear_in_debug_output(
-    name: str, moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite, tmp_path: Path
+    name: str, moto_server: MotoServer, gcs_server: GCSServer, azurite_server: Azurite, tmp_path: Path
 ) -> None:
     conf = {
-        **planted_confs(moto_server, gcs_server, azurite)[name],
+        **planted_confs(moto_server, gcs_server, azurite_server)[name],
         "spark.delta.logstores.requestTimeoutMs": "3000",
     }
-    bucket = moto_server.create_bucket() if URIS[name] == "s3a" else azurite.create_container()
+    bucket = moto_server.create_bucket() if URIS[name] == "s3a" else azurite_server.create_container()
     uri = f"{URIS[name]}://{bucket}/t"
     conf_file = tmp_path / "spark-defaults.conf"  # keeps the secrets off the command line
     conf_file.write_text("".join(f"{key} {value}\n" for key, value in conf.items()))

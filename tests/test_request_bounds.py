@@ -40,8 +40,8 @@ from tests.cloud_servers import (
     GCSServer,
     MotoServer,
     StalledEndpoint,
-    dynamodb_conf,
-    s3_conf,
+    dynamodb_settings,
+    s3_settings,
     unique_name,
 )
 
@@ -118,9 +118,9 @@ def test_generic_filesystems_get_timeouts_where_they_take_them() -> None:
 
 
 def test_sdk_clients_receive_the_bounds(
-    moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite
+    moto_server: MotoServer, gcs_server: GCSServer, azurite_server: Azurite
 ) -> None:
-    s3 = S3LogStore({**s3_conf(moto_server), **FAST})
+    s3 = S3LogStore({**s3_settings(moto_server), **FAST})
     options = s3.filesystem_options("s3")["config_kwargs"]
     assert (options["connect_timeout"], options["read_timeout"]) == (2.0, 2.0)
     assert options["retries"]["total_max_attempts"] == 3
@@ -128,7 +128,7 @@ def test_sdk_clients_receive_the_bounds(
     gcs = GCSLogStore({**gcs_server.conf(), **FAST})
     timeout = gcs.filesystem("gs://b/k").requests_timeout
     assert (timeout.sock_connect, timeout.sock_read, timeout.total) == (2.0, 2.0, None)
-    azure = AzureLogStore({**azurite.conf(), **FAST})
+    azure = AzureLogStore({**azurite_server.conf(), **FAST})
     client = azure.filesystem("abfs://c/k").service_client
     assert client._config.retry_policy.total_retries == 2
     assert endpoint_address("https://s3.amazonaws.com") == "s3.amazonaws.com:443"
@@ -139,8 +139,8 @@ def test_sdk_clients_receive_the_bounds(
 def stalled_stores(stalled: StalledEndpoint, moto_server: MotoServer) -> dict[str, tuple[LogStore, str]]:
     """Every cloud store with the stalled endpoint as its (DynamoDB) endpoint, and a path to write."""
     endpoint = stalled.endpoint
-    s3 = {**s3_conf(moto_server, endpoint), **FAST}
-    ddb = {**dynamodb_conf(moto_server, unique_name("ddb"), endpoint), **s3_conf(moto_server), **FAST}
+    s3 = {**s3_settings(moto_server, endpoint), **FAST}
+    ddb = {**dynamodb_settings(moto_server, unique_name("ddb"), endpoint), **s3_settings(moto_server), **FAST}
     gcs = {
         "spark.hadoop.fs.gs.storage.root.url": endpoint,
         "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
@@ -230,31 +230,31 @@ RACE_LOOPS = {"s3": 3, "s3_single_driver": 3, "s3_dynamodb": 2, "gcs": 10, "azur
 
 
 def race_target(
-    kind: str, moto: MotoServer, gcs: GCSServer, azurite: Azurite
+    kind: str, moto: MotoServer, gcs: GCSServer, azurite_server: Azurite
 ) -> tuple[Callable[[], LogStore], str]:
     conf: dict[str, Any]
     if kind == "s3":
-        conf = {**s3_conf(moto), **FAST}
+        conf = {**s3_settings(moto), **FAST}
         return (lambda: S3LogStore(conf)), f"s3a://{moto.create_bucket()}"
     if kind == "s3_single_driver":
-        conf = {**s3_conf(moto), **FAST}
+        conf = {**s3_settings(moto), **FAST}
         return (lambda: S3SingleDriverLogStore(conf)), f"s3a://{moto.create_bucket()}"
     if kind == "s3_dynamodb":
-        conf = {**dynamodb_conf(moto, unique_name("race")), **FAST}
+        conf = {**dynamodb_settings(moto, unique_name("race")), **FAST}
         return (lambda: S3DynamoDBLogStore(conf)), f"s3a://{moto.create_bucket()}"
     if kind == "gcs":
         conf = {**gcs.conf(), **FAST}
         return (lambda: GCSLogStore(conf)), f"gs://{gcs.create_bucket()}"
-    conf = {**azurite.conf(), **FAST}
-    return (lambda: AzureLogStore(conf)), f"abfs://{azurite.create_container()}"
+    conf = {**azurite_server.conf(), **FAST}
+    return (lambda: AzureLogStore(conf)), f"abfs://{azurite_server.create_container()}"
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", sorted(RACE_LOOPS))
 def test_commit_races_finish_with_every_commit_once(
-    kind: str, moto_server: MotoServer, gcs_server: GCSServer, azurite: Azurite
+    kind: str, moto_server: MotoServer, gcs_server: GCSServer, azurite_server: Azurite
 ) -> None:
-    make_store, root = race_target(kind, moto_server, gcs_server, azurite)
+    make_store, root = race_target(kind, moto_server, gcs_server, azurite_server)
     started = time.monotonic()
     for _ in range(RACE_LOOPS[kind]):
         race_once(make_store, root)
@@ -280,7 +280,7 @@ def test_s3_put_with_a_stalled_answer_is_resolved_by_reading_back(
     moto_server: MotoServer, fault_proxy: Callable[[str], FaultProxy]
 ) -> None:
     proxy = fault_proxy(moto_server.endpoint)
-    conf = {**s3_conf(moto_server, proxy.endpoint), **FAST}
+    conf = {**s3_settings(moto_server, proxy.endpoint), **FAST}
     conf["spark.delta.logStore.s3.verifyConditionalWrites"] = "false"
     store = S3LogStore(conf)
     target = f"s3a://{moto_server.create_bucket()}/t/_delta_log/{COMMIT}"

@@ -62,8 +62,8 @@ def _service_conf(request: pytest.FixtureRequest, service: str) -> tuple[str, st
     if service == "gcs":
         gcs = request.getfixturevalue("gcs_server")
         return f"gs://{gcs.create_bucket()}", gcs.endpoint, gcs.conf
-    azurite = request.getfixturevalue("azurite")
-    return f"abfs://{azurite.create_container()}", azurite.endpoint, azurite.conf
+    azurite_server = request.getfixturevalue("azurite_server")
+    return f"abfs://{azurite_server.create_container()}", azurite_server.endpoint, azurite_server.conf
 
 
 @pytest.fixture(scope="module", params=["s3", "gcs", "azure"])

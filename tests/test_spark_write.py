@@ -30,7 +30,7 @@ from replay.protocol.errors import ConcurrentModificationError
 from replay.spark import register
 from replay.txn import write as write_module
 from replay.txn.write import write_table
-from tests.cloud_servers import MotoServer, dynamodb_conf, unique_name
+from tests.cloud_servers import MotoServer, dynamodb_settings, unique_name
 
 pytestmark = pytest.mark.spark
 
@@ -341,7 +341,7 @@ def test_spark_append_racing_a_python_overwrite_on_s3_with_dynamodb(
     deltalog: Any, moto_server: MotoServer
 ) -> None:
     conf = {
-        **dynamodb_conf(moto_server, unique_name("ddb")),
+        **dynamodb_settings(moto_server, unique_name("ddb")),
         "spark.delta.logStore.s3a.impl": "io.delta.storage.S3DynamoDBLogStore",
     }
     uri = f"s3a://{moto_server.create_bucket()}/table"

@@ -235,7 +235,7 @@ def test_append_casts_to_the_table_schema_and_checks_columns(tmp_path: Path) -> 
         match=r"Partition columns do not match the partition columns of the table.\nGiven: \[s\]",
     ):
         write_table(path, pa.table({"id": [3], "s": ["c"]}), partition_by=["s"])
-    with pytest.raises(ValueError, match="mode must be one of append, overwrite"):
+    with pytest.raises(ValueError, match="mode must be one of error, append, overwrite, ignore"):
         write_table(path, pa.table({"id": [3], "s": ["c"]}), mode="upsert")
     assert DeltaLog.for_table(path).latest_version() == 2
 

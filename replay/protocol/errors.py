@@ -29,6 +29,18 @@ class TableNotFoundError(DeltaError):
         )
 
 
+class TableAlreadyExistsError(DeltaError):
+    """A write that must create a table (mode ``error``) found one at the path (``DELTA_PATH_EXISTS``)."""
+
+    @classmethod
+    def at(cls, table: str) -> TableAlreadyExistsError:
+        return cls(
+            f"[DELTA_PATH_EXISTS] Cannot write to already existent path {table} without setting "
+            "OVERWRITE = 'true'.",
+            table=table,
+        )
+
+
 class VersionNotFoundError(DeltaError):
     """The requested version is before the earliest recoverable version or after the latest one."""
 

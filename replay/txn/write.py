@@ -10,22 +10,24 @@ that gives mutual exclusion.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable, Mapping
+from typing import Protocol, TypeAlias
 
 import pyarrow as pa
 
 from logstores.conf import ConfLike
 from replay.log.table_io import TableIO
 from replay.protocol.actions import AddFile
-from replay.protocol.errors import TableNotFoundError
+from replay.protocol.errors import ConcurrentModificationError, TableAlreadyExistsError, TableNotFoundError
 from replay.protocol.paths import normalize_path_key, resolve_path
 from replay.protocol.schema import StructType
 from replay.txn.committer import commit
 from replay.txn.data_writer import delete_data_files, write_batches
 from replay.txn.post_commit import run_post_commit_hooks
 from replay.txn.write_plan import (
-    WRITE_MODES,
+    InvalidWriteOptionError,
     WriteOptions,
     commit_write,
     latest_snapshot,
@@ -34,16 +36,97 @@ from replay.txn.write_plan import (
     remove_action,
 )
 
-__all__ = ["WRITE_MODES", "delete_files", "delta_schema_string", "new_table_protocol", "write_table"]
+__all__ = [
+    "TABLE_WRITE_MODES",
+    "ArrowData",
+    "ArrowStreamExportable",
+    "arrow_stream",
+    "delete_files",
+    "delta_schema_string",
+    "new_table_protocol",
+    "write_table",
+]
+
+TABLE_WRITE_MODES = ("error", "append", "overwrite", "ignore")
+"""``write_table``'s modes, as deltalake's ``write_deltalake`` has them (its default is ``error``)."""
+
+
+class ArrowStreamExportable(Protocol):
+    """An object exporting an Arrow C stream: a pandas DataFrame (pandas 2.2 and later), polars,
+    DuckDB and arro3 objects, pyarrow's own."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+
+ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | ArrowStreamExportable
+"""What ``write_table`` writes (older pandas DataFrames are accepted too)."""
+
+
+# -- data: anything Arrow -> a schema and batches ----------------------------------------------
+def arrow_stream(data: ArrowData) -> tuple[pa.Schema, Iterable[pa.Table | pa.RecordBatch]]:
+    """The schema of ``data`` and its rows as Arrow tables or batches, read once and lazily.
+
+    A ``RecordBatchReader`` (or any Arrow stream) is consumed as it is written, never held whole
+    in memory. A pandas DataFrame converts as in pyarrow (and deltalake): a ``RangeIndex`` is
+    dropped, any other index becomes columns. Raises :class:`TypeError` for anything else.
+    """
+    if isinstance(data, pa.Table):
+        return data.schema, _slices(data)
+    if isinstance(data, pa.RecordBatch):
+        return data.schema, [data]
+    if isinstance(data, pa.RecordBatchReader):
+        return data.schema, data
+    if hasattr(data, "__arrow_c_stream__"):
+        reader = pa.RecordBatchReader.from_stream(data)
+        return reader.schema, reader
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(data, pandas.DataFrame):  # pandas < 2.2: no Arrow stream
+        table = pa.Table.from_pandas(data)
+        return table.schema, _slices(table)
+    raise TypeError(
+        "write_table writes a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame or "
+        f"an object with __arrow_c_stream__, not {type(data).__module__}.{type(data).__qualname__}"
+    )
+
 
 # -- schema: Arrow -> Delta -------------------------------------------------------------------
+_SIGNED = {
+    pa.uint8(): pa.int8(),
+    pa.uint16(): pa.int16(),
+    pa.uint32(): pa.int32(),
+    pa.uint64(): pa.int64(),
+}
+"""Unsigned integers are written as the signed type of the same width, as deltalake does (uint8 ->
+byte, ..., uint64 -> long); a value out of that type's range fails the write naming the column."""
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
 
 
+def _storable(arrow_type: pa.DataType) -> pa.DataType:
+    """``arrow_type`` with unsigned integers and view types replaced by what Delta stores."""
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([f.with_type(_storable(f.type)) for f in arrow_type])
+    if pa.types.is_map(arrow_type):
+        return pa.map_(
+            arrow_type.key_field.with_type(_storable(arrow_type.key_type)),
+            arrow_type.item_field.with_type(_storable(arrow_type.item_type)),
+        )
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return pa.list_(arrow_type.value_field.with_type(_storable(arrow_type.value_type)))
+    return _SIGNED.get(arrow_type) or _VIEW_TYPES.get(arrow_type) or arrow_type
+
+
 def delta_schema(schema: pa.Schema) -> StructType:
-    """The Delta schema of Arrow data; :class:`ValueError` for types Delta does not have."""
-    plain = pa.schema([field.with_type(_VIEW_TYPES.get(field.type, field.type)) for field in schema])
-    return StructType.from_arrow(plain)
+    """The Delta schema of Arrow data; :class:`ValueError` naming the column for a type Delta does
+    not have."""
+    fields = []
+    for field in schema:
+        try:
+            fields.extend(StructType.from_arrow(pa.schema([field.with_type(_storable(field.type))])).fields)
+        except ValueError as exc:
+            raise ValueError(
+                f"Column {field.name} ({field.type}) cannot be written to a Delta table: {exc}"
+            ) from None
+    return StructType(fields)
 
 
 def delta_schema_string(schema: pa.Schema) -> str:
@@ -58,7 +141,7 @@ ROWS_PER_SLICE = 1024 * 1024
 
 def write_table(  # noqa: PLR0917 (signature shared with the public API)
     table_uri: str,
-    arrow_table: pa.Table,
+    arrow_table: ArrowData,
     mode: str = "append",
     partition_by: list[str] | None = None,
     conf: ConfLike | None = None,
@@ -75,10 +158,18 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
 ) -> int | None:
     """Write ``arrow_table`` to the Delta table at ``table_uri``; returns the committed version.
 
+    ``arrow_table`` is a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader`` (streamed, not
+    held in memory), a pandas DataFrame or any object exporting an Arrow stream (see
+    :func:`arrow_stream`). Unsigned integer columns are stored as the signed type of the same
+    width, as deltalake does; a value out of its range fails the write naming the column.
+
     ``mode="append"`` adds files; ``mode="overwrite"`` also removes, in the same commit, every
     current file, or only the files of the partitions ``replace_where`` selects (a SQL predicate
     on partition columns that every written row must satisfy), or with
     ``partition_overwrite_mode="dynamic"`` the files of the partitions the data touches.
+    ``mode="error"`` creates the table and raises :class:`TableAlreadyExistsError`
+    (``DELTA_PATH_EXISTS``) if there is one; ``mode="ignore"`` creates it and writes nothing (returns
+    ``None``) if there is one, also when a concurrent writer created it first.
 
     The first write creates the table (protocol + metadata) with ``partition_by`` and the table
     properties ``configuration`` (e.g. ``delta.enableChangeDataFeed``). Later writes must fit the
@@ -97,8 +188,10 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     (an overwrite conflicts with a concurrent append to what it replaces). Nothing is committed
     and no data file is left behind when it fails.
     """
+    if mode not in TABLE_WRITE_MODES:
+        raise InvalidWriteOptionError(f"mode must be one of {', '.join(TABLE_WRITE_MODES)}, not {mode!r}")
     options = WriteOptions(
-        mode=mode,
+        mode="overwrite" if mode == "overwrite" else "append",
         partition_by=tuple(partition_by) if partition_by is not None else None,
         merge_schema=merge_schema,
         overwrite_schema=overwrite_schema,
@@ -113,12 +206,22 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     )
     io = TableIO.for_table(table_uri, conf)
     snapshot = latest_snapshot(io)
-    plan = plan_write(io, snapshot, delta_schema(arrow_table.schema), options)
+    if snapshot is not None and mode == "error":
+        raise TableAlreadyExistsError.at(io.table_path)
+    if snapshot is not None and mode == "ignore":
+        return None
+    schema, batches = arrow_stream(arrow_table)
+    plan = plan_write(io, snapshot, delta_schema(schema), options)
     if plan.already_committed:
         return commit_write(io, plan, [], snapshot=snapshot)
-    written = write_batches(plan.spec, _slices(arrow_table))
+    written = write_batches(plan.spec, batches)
     try:
         return commit_write(io, plan, written, snapshot=snapshot)
+    except ConcurrentModificationError as exc:
+        delete_data_files(io.table_path, [w.add.path for w in written], io.conf)
+        if mode == "ignore" and exc.winning_version == 0:
+            return None  # a concurrent writer created the table: nothing to write
+        raise
     except BaseException:
         delete_data_files(io.table_path, [w.add.path for w in written], io.conf)
         raise
