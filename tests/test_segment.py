@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from logstores.base import FileStatus
+from logstores.local import LocalLogStore
+from replay.delta_log import DeltaLog
 from replay.log.checkpoint_instances import CheckpointFormat, CheckpointInstance
 from replay.log.listing import classify_listing
 from replay.log.log_segment import LogSegment, select_log_segment, verify_delta_versions
 from replay.protocol import filenames
+from replay.protocol.actions import AddFile, Metadata, Protocol
 from replay.protocol.errors import MissingVersionsError, VersionNotFoundError
 
 LOG = "file:///t/_delta_log"
@@ -150,3 +156,58 @@ def test_verify_delta_versions() -> None:
     for versions in ([1, 3], [1, 2, 2, 3], [3, 2, 1]):
         with pytest.raises(MissingVersionsError, match="not contiguous"):
             verify_delta_versions(versions, TABLE)
+
+
+# -- a listing that races with commits --------------------------------------------------------------
+class RacingListingStore(LocalLogStore):
+    """A local store whose first listing misses one commit and shows the later ones, as a directory
+    read in hash order does while another writer creates that commit behind the read position."""
+
+    def __init__(self, hidden: str) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.listings = 0
+
+    def list_from(self, path: str) -> Iterator[FileStatus]:
+        self.listings += 1
+        statuses = list(super().list_from(path))
+        if self.listings == 1:
+            statuses = [s for s in statuses if s.name != self.hidden]
+        return iter(statuses)
+
+
+def _table_of(root: Path, versions: int, checkpoint: int | None = None) -> str:
+    uri = root.as_uri()
+    log = DeltaLog.for_table(uri)
+    schema = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
+    log.commit([Protocol(1, 2), Metadata(id="t", schema_string=schema, configuration={})], read_version=-1)
+    for version in range(1, versions):
+        log.commit([AddFile(path=f"f{version}", size=1, modification_time=1, data_change=True)])
+        if version == checkpoint:
+            log.checkpoint()
+    return uri
+
+
+def test_a_commit_missed_by_a_racing_listing_is_found_by_listing_again(tmp_path: Path) -> None:
+    uri = _table_of(tmp_path, 6)
+    store = RacingListingStore(filenames.delta_file("", 3).lstrip("/"))
+    snapshot = DeltaLog(uri, None, store).update()
+    assert (snapshot.version, store.listings) == (5, 2)
+    assert len(snapshot.files()) == 5
+
+
+def test_a_real_hole_is_still_an_error_after_one_more_listing(tmp_path: Path) -> None:
+    uri = _table_of(tmp_path, 6)
+    (tmp_path / "_delta_log" / filenames.delta_file("", 3).lstrip("/")).unlink()
+    store = RacingListingStore("none")
+    with pytest.raises(MissingVersionsError, match="DELTA_VERSIONS_NOT_CONTIGUOUS"):
+        DeltaLog(uri, None, store).update()
+    assert store.listings == 2
+
+
+def test_a_hole_before_the_newest_checkpoint_costs_no_second_listing(tmp_path: Path) -> None:
+    uri = _table_of(tmp_path, 6, checkpoint=3)
+    (tmp_path / "_delta_log" / filenames.delta_file("", 1).lstrip("/")).unlink()
+    store = RacingListingStore("none")
+    assert DeltaLog(uri, None, store).update().version == 5
+    assert store.listings == 1

@@ -82,15 +82,33 @@ def classify_listing(
 def list_log(io: TableIO, start_version: int) -> list[FileStatus] | None:
     """``list_from`` the listing prefix of ``start_version``; ``None`` if the log directory is missing.
 
+    A listing that races with commits can miss a commit created while it ran yet show a later one:
+    a local directory is read in hash order, not name order, and a name created behind the read
+    position is not returned. Every commit seen was created after all earlier ones, so when the
+    commits the table needs (those after the newest checkpoint listed) have a hole, the log is
+    listed once more: a commit missed by the first listing existed before the second began. A
+    hole that is still there is real and left to the version-gap check.
+
     A missing bucket or container is not a missing log: its
     :class:`~logstores.errors.BucketNotFoundError` (naming the bucket) propagates.
     """
+    prefix = filenames.listing_prefix(io.log_path, start_version)
     try:
-        return list(io.store.list_from(filenames.listing_prefix(io.log_path, start_version)))
+        statuses = list(io.store.list_from(prefix))
+        if _has_hole_after_checkpoint(statuses):
+            statuses = list(io.store.list_from(prefix))
     except BucketNotFoundError:
         raise
     except FileNotFoundError:
         return None
+    return statuses
+
+
+def _has_hole_after_checkpoint(statuses: list[FileStatus]) -> bool:
+    listing = classify_listing(statuses)
+    newest_checkpoint = max((filenames.checkpoint_version(s.name) for s in listing.checkpoints), default=-1)
+    needed = [version for version in listing.versions if version >= newest_checkpoint]
+    return bool(needed) and needed[-1] - needed[0] + 1 != len(needed)
 
 
 def listing_from(io: TableIO, version: int) -> LogListing:
