@@ -65,8 +65,9 @@ def read_change(
     columns: Sequence[str] | None = None,
     *,
     ignore_missing: bool = False,
+    use_threads: bool = False,
 ) -> pa.Table:
-    """The change rows of one :class:`ChangeRead`."""
+    """The change rows of one :class:`ChangeRead` (``use_threads``: see :meth:`TableReader.read_file`)."""
     row_filter: RowFilter | bool | None = True
     if read.keep_dv is not None:
         keep = read_deletion_vector(read.keep_dv, reader.table_path, reader.conf)
@@ -80,6 +81,7 @@ def read_change(
         row_filter=row_filter,
         extra_columns=CDC_COLUMNS[:1],
         ignore_missing=ignore_missing,
+        use_threads=use_threads,
     )
     return with_change_columns(table, read)
 
@@ -109,39 +111,21 @@ def read_changes(
 ) -> pa.Table:
     """All change rows of ``reads``, concatenated in order.
 
-    Reads of whole files (no deletion vector) go through :meth:`TableReader.read_unfiltered`,
-    which scans local files together; the others are read file by file, concurrently.
+    Each read is one task, ``max_workers`` (default :attr:`TableReader.concurrency`) at a time;
+    a task decodes its file's columns in parallel on Arrow's thread pool, so the cores stay busy
+    from the first file to the last, and object-store requests overlap.
     """
     schema = change_schema(reader, columns)
     reads = list(reads)
-    workers = max_workers or reader.concurrency
-    tables: dict[int, pa.Table] = {}
-    whole = [i for i, read in enumerate(reads) if read.keep_dv is None and _deletion_vector(read) is None]
-    found = reader.read_unfiltered(
-        [reads[i].file for i in whole],
-        columns,
-        extra_columns=CDC_COLUMNS[:1],
-        ignore_missing=ignore_missing,
-        max_workers=workers,
-        finish=lambda position, table: with_change_columns(table, reads[whole[position]]),
-    )
-    tables.update(zip(whole, found, strict=True))
-    rest = [i for i in range(len(reads)) if i not in tables]
-    found = map_concurrently(
-        lambda i: read_change(reader, reads[i], columns, ignore_missing=ignore_missing),
-        rest,
+    tables = map_concurrently(
+        lambda read: read_change(reader, read, columns, ignore_missing=ignore_missing, use_threads=True),
+        reads,
         Work.DATA,
-        workers,
+        max_workers or reader.concurrency,
     )
-    tables.update(zip(rest, found, strict=True))
     if not tables:
         return schema.empty_table()
-    ordered = (tables[i] for i in range(len(reads)))
-    return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in ordered])
-
-
-def _deletion_vector(read: ChangeRead) -> object:
-    return getattr(read.file, "deletion_vector", None)
+    return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in tables])
 
 
 # -- version ranges ---------------------------------------------------------------------------
