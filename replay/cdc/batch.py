@@ -13,8 +13,10 @@ reads them concurrently into one Arrow table with the read schema.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +38,7 @@ from replay.data.partition_values import constant_array
 from replay.data.reader import RowFilter, TableReader
 from replay.log.commit_files import iter_commits
 from replay.log.commit_timestamps import listed_commit_times
-from replay.log.concurrency import Work, map_concurrently
+from replay.log.concurrency import Work, gc_paused, map_concurrently
 from replay.log.listing import LogListing, listing_from
 from replay.log.log_segment import segment_in_listing
 from replay.log.table_io import TableIO
@@ -59,6 +61,33 @@ def change_schema(reader: TableReader, columns: Sequence[str] | None = None) -> 
     return pa.schema([f.with_nullable(True) for f in base] + list(CDC_COLUMNS))
 
 
+class ConstantColumns:
+    """Constant columns shared by the files of one change read (thread-safe).
+
+    A column of ``rows`` copies of a value is a slice of the longest one built for that value
+    so far: the reads of one commit share their ``_commit_version`` and ``_commit_timestamp``
+    columns, and every inferred insert or delete its ``_change_type``, instead of each file
+    writing (and faulting in) its own copy.
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[Any, pa.DataType], pa.Array] = {}
+        self._lock = threading.Lock()
+
+    def column(self, value: Any, data_type: pa.DataType, rows: int) -> pa.Array:
+        """``rows`` copies of ``value`` as an array of ``data_type``."""
+        key = (value, data_type)
+        with self._lock:
+            array = self._arrays.get(key)
+        if array is None or len(array) < rows:
+            array = constant_array(value, data_type, rows)
+            with self._lock:
+                known = self._arrays.get(key)
+                if known is None or len(known) < rows:
+                    self._arrays[key] = array
+        return array if len(array) == rows else array.slice(0, rows)
+
+
 def read_change(
     reader: TableReader,
     read: ChangeRead,
@@ -66,8 +95,13 @@ def read_change(
     *,
     ignore_missing: bool = False,
     use_threads: bool = False,
+    constants: ConstantColumns | None = None,
 ) -> pa.Table:
-    """The change rows of one :class:`ChangeRead` (``use_threads``: see :meth:`TableReader.read_file`)."""
+    """The change rows of one :class:`ChangeRead`.
+
+    ``use_threads``: see :meth:`TableReader.read_file`; ``constants`` shares the CDC columns
+    with the other reads of one call (see :func:`with_change_columns`).
+    """
     row_filter: RowFilter | bool | None = True
     if read.keep_dv is not None:
         keep = read_deletion_vector(read.keep_dv, reader.table_path, reader.conf)
@@ -83,22 +117,26 @@ def read_change(
         ignore_missing=ignore_missing,
         use_threads=use_threads,
     )
-    return with_change_columns(table, read)
+    return with_change_columns(table, read, constants)
 
 
-def with_change_columns(table: pa.Table, read: ChangeRead) -> pa.Table:
+def with_change_columns(
+    table: pa.Table, read: ChangeRead, constants: ConstantColumns | None = None
+) -> pa.Table:
     """The rows of ``read``'s file, read with their ``_change_type`` column, with all CDC columns.
 
-    ``cdc`` files keep the change type they store; other reads get ``read.change_type``.
+    ``cdc`` files keep the change type they store; other reads get ``read.change_type``. The
+    constant columns come from ``constants`` when given (shared with other reads), else are new.
     """
+    column = constants.column if constants is not None else constant_array
     rows = table.num_rows
     change_type, commit_version, commit_timestamp = CDC_COLUMNS
     if read.change_type is not None:
-        stamped = constant_array(read.change_type, change_type.type, rows)
+        stamped = column(read.change_type, change_type.type, rows)
         table = table.set_column(table.schema.get_field_index(change_type.name), change_type, stamped)
-    table = table.append_column(commit_version, constant_array(read.version, commit_version.type, rows))
+    table = table.append_column(commit_version, column(read.version, commit_version.type, rows))
     timestamp_us = read.timestamp_ms * 1000
-    return table.append_column(commit_timestamp, constant_array(timestamp_us, commit_timestamp.type, rows))
+    return table.append_column(commit_timestamp, column(timestamp_us, commit_timestamp.type, rows))
 
 
 def read_changes(
@@ -113,16 +151,20 @@ def read_changes(
 
     Each read is one task, ``max_workers`` (default :attr:`TableReader.concurrency`) at a time;
     a task decodes its file's columns in parallel on Arrow's thread pool, so the cores stay busy
-    from the first file to the last, and object-store requests overlap.
+    from the first file to the last, and object-store requests overlap. The reads share their
+    constant CDC columns (:class:`ConstantColumns`).
     """
     schema = change_schema(reader, columns)
     reads = list(reads)
-    tables = map_concurrently(
-        lambda read: read_change(reader, read, columns, ignore_missing=ignore_missing, use_threads=True),
-        reads,
-        Work.DATA,
-        max_workers or reader.concurrency,
-    )
+    constants = ConstantColumns()
+
+    def read_one(read: ChangeRead) -> pa.Table:
+        return read_change(
+            reader, read, columns, ignore_missing=ignore_missing, use_threads=True, constants=constants
+        )
+
+    with gc_paused():  # the reads allocate no reference cycles; a collection would scan the heap
+        tables = map_concurrently(read_one, reads, Work.DATA, max_workers or reader.concurrency)
     if not tables:
         return schema.empty_table()
     return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in tables])
