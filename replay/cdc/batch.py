@@ -94,14 +94,9 @@ def read_change(
     columns: Sequence[str] | None = None,
     *,
     ignore_missing: bool = False,
-    use_threads: bool = False,
     constants: ConstantColumns | None = None,
 ) -> pa.Table:
-    """The change rows of one :class:`ChangeRead`.
-
-    ``use_threads``: see :meth:`TableReader.read_file`; ``constants`` shares the CDC columns
-    with the other reads of one call (see :func:`with_change_columns`).
-    """
+    """The change rows of one :class:`ChangeRead` (``constants``: see :func:`with_change_columns`)."""
     row_filter: RowFilter | bool | None = True
     if read.keep_dv is not None:
         keep = read_deletion_vector(read.keep_dv, reader.table_path, reader.conf)
@@ -115,7 +110,6 @@ def read_change(
         row_filter=row_filter,
         extra_columns=CDC_COLUMNS[:1],
         ignore_missing=ignore_missing,
-        use_threads=use_threads,
     )
     return with_change_columns(table, read, constants)
 
@@ -149,25 +143,44 @@ def read_changes(
 ) -> pa.Table:
     """All change rows of ``reads``, concatenated in order.
 
-    Each read is one task, ``max_workers`` (default :attr:`TableReader.concurrency`) at a time;
-    a task decodes its file's columns in parallel on Arrow's thread pool, so the cores stay busy
-    from the first file to the last, and object-store requests overlap. The reads share their
-    constant CDC columns (:class:`ConstantColumns`).
+    Reads of whole files (no deletion vector) go through :meth:`TableReader.read_unfiltered`,
+    which scans local files together; the others are read file by file, concurrently. The reads
+    share their constant CDC columns (:class:`ConstantColumns`).
     """
     schema = change_schema(reader, columns)
     reads = list(reads)
+    workers = max_workers or reader.concurrency
     constants = ConstantColumns()
-
-    def read_one(read: ChangeRead) -> pa.Table:
-        return read_change(
-            reader, read, columns, ignore_missing=ignore_missing, use_threads=True, constants=constants
+    tables: dict[int, pa.Table] = {}
+    whole = [i for i, read in enumerate(reads) if read.keep_dv is None and _deletion_vector(read) is None]
+    with gc_paused():  # the reads allocate no reference cycles; a collection would only scan the heap
+        found = reader.read_unfiltered(
+            [reads[i].file for i in whole],
+            columns,
+            extra_columns=CDC_COLUMNS[:1],
+            ignore_missing=ignore_missing,
+            max_workers=workers,
+            finish=lambda position, table: with_change_columns(table, reads[whole[position]], constants),
         )
-
-    with gc_paused():  # the reads allocate no reference cycles; a collection would scan the heap
-        tables = map_concurrently(read_one, reads, Work.DATA, max_workers or reader.concurrency)
+        tables.update(zip(whole, found, strict=True))
+        rest = [i for i in range(len(reads)) if i not in tables]
+        found = map_concurrently(
+            lambda i: read_change(
+                reader, reads[i], columns, ignore_missing=ignore_missing, constants=constants
+            ),
+            rest,
+            Work.DATA,
+            workers,
+        )
+        tables.update(zip(rest, found, strict=True))
     if not tables:
         return schema.empty_table()
-    return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in tables])
+    ordered = (tables[i] for i in range(len(reads)))
+    return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in ordered])
+
+
+def _deletion_vector(read: ChangeRead) -> object:
+    return getattr(read.file, "deletion_vector", None)
 
 
 # -- version ranges ---------------------------------------------------------------------------

@@ -156,17 +156,14 @@ class TableReader:
         row_filter: RowFilter | bool | None = True,
         extra_columns: Sequence[pa.Field] = (),
         ignore_missing: bool = False,
-        use_threads: bool = False,
     ) -> pa.Table:
         """The rows of one data file as a table with logical column names.
 
         ``row_filter=True`` applies the file's own deletion vector, ``False``/``None`` keeps every
         row, a :class:`RowFilter` selects rows explicitly. ``extra_columns`` are read from the file
         as stored (e.g. ``_change_type`` of CDC files; nulls if absent), decoded as dictionaries
-        (they hold a handful of values) and cast. ``use_threads`` decodes the file's columns in
-        parallel on Arrow's thread pool (for large files; many small files are better read a few
-        at a time, one thread each). Raises :class:`DataFileNotFoundError` naming the file when it
-        is missing, unless ``ignore_missing`` (then the result is empty).
+        (they hold a handful of values) and cast. Raises :class:`DataFileNotFoundError` naming the
+        file when it is missing, unless ``ignore_missing`` (then the result is empty).
         """
         fields = self.read_fields(columns)
         if row_filter is True:
@@ -184,7 +181,7 @@ class TableReader:
                 )
                 if layout.extra_present:  # the footer is parsed once: reopen with it
                     parquet = _open_parquet(source, parquet.metadata, sorted(layout.extra_present))
-                raw = parquet.read(columns=layout.names, use_threads=use_threads) if layout.names else None
+                raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
                 num_rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
             except (pa.ArrowException, OSError) as exc:
                 if not is_format_error(exc):
