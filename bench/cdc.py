@@ -9,9 +9,12 @@ times; imports and a warm-up read of each happen before timing, and the warm-up 
 the same columns and the same multiset of rows (delta-rs's column types cast to ours; commit
 file times are set to their ``commitInfo`` timestamps first, as delta-rs stamps rows with those).
 The table printed (and written to ``bench/results/cdc.json``) gives the median and best wall
-times, change rows per second and the ratio of our throughput to delta-rs's (from the medians,
-and from the best times, which other load on the machine disturbs least). ``--table PATH``
-reuses a table this script wrote before instead of writing a new one.
+times, the median CPU time (user + system, all threads of the process, so the decoding threads
+of both libraries count), change rows per second and the ratio of our throughput to delta-rs's
+(from the medians, and from the best times, which other load on the machine disturbs least);
+the load average before and after the timed reads is printed with it, since other work on the
+machine slows wall times. ``--table PATH`` reuses a table this script wrote before instead of
+writing a new one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -114,10 +118,17 @@ def check_same_rows(mine: pa.Table, theirs: pa.Table) -> None:
         raise SystemExit("the readers return different change rows")
 
 
-def measure(reader: Callable[[Path], pa.Table], path: Path) -> float:
-    started = time.perf_counter()
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far (every thread, finished ones too)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(reader: Callable[[Path], pa.Table], path: Path) -> tuple[float, float]:
+    """The wall and CPU seconds of one full read."""
+    started, cpu = time.perf_counter(), cpu_seconds()
     reader(path)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, cpu_seconds() - cpu
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -150,15 +161,32 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         rows = mine.num_rows
         del mine, theirs
         times: dict[str, list[float]] = {name: [] for name in readers}
+        cpu: dict[str, list[float]] = {name: [] for name in readers}
+        load_before = os.getloadavg()[0]
         for _ in range(args.repeat):
             for name, reader in readers.items():
-                times[name].append(measure(reader, path))
-        result: dict[str, object] = {"rows": rows, "commits": commits, "repeat": args.repeat, "readers": {}}
-        print(f"{'reader':<28}{'median s':>10}{'best s':>10}{'rows/s':>14}")
+                wall, cpu_time = measure(reader, path)
+                times[name].append(wall)
+                cpu[name].append(cpu_time)
+        load = (load_before, os.getloadavg()[0])
+        result: dict[str, object] = {
+            "rows": rows,
+            "commits": commits,
+            "repeat": args.repeat,
+            "load_average_1min": load,
+            "readers": {},
+        }
+        print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
+        print(f"{'reader':<28}{'median s':>10}{'best s':>10}{'cpu s':>10}{'rows/s':>14}")
         for name, samples in times.items():
-            median, best = statistics.median(samples), min(samples)
-            result["readers"][name] = {"median_s": median, "best_s": best, "rows_per_s": rows / median}  # type: ignore[index]
-            print(f"{name:<28}{median:>10.3f}{best:>10.3f}{rows / median:>14,.0f}")
+            median, best, cpu_median = statistics.median(samples), min(samples), statistics.median(cpu[name])
+            result["readers"][name] = {  # type: ignore[index]
+                "median_s": median,
+                "best_s": best,
+                "cpu_median_s": cpu_median,
+                "rows_per_s": rows / median,
+            }
+            print(f"{name:<28}{median:>10.3f}{best:>10.3f}{cpu_median:>10.3f}{rows / median:>14,.0f}")
         ours_times, theirs_times = times["replay.cdc.table_changes"], times["deltalake load_cdf"]
         ratio = statistics.median(theirs_times) / statistics.median(ours_times)
         best_ratio = min(theirs_times) / min(ours_times)

@@ -30,6 +30,7 @@ from replay.cdc import (
     select_changes,
     table_changes,
 )
+from replay.cdc.batch import ConstantColumns
 from replay.data import DataFileNotFoundError
 from replay.data.deletion_vectors import serialize_bitmap, z85_encode
 from replay.delta_log import DeltaLog
@@ -533,6 +534,35 @@ def test_cdc_columns_types(tmp_path: Path) -> None:
     assert schema.names == ["id", "v", "_change_type", "_commit_version", "_commit_timestamp"]
     assert schema.field("_commit_version").type == pa.int64()
     assert schema.field("_commit_timestamp").type == pa.timestamp("us", tz="UTC")
+
+
+def test_files_of_one_commit_share_their_cdc_columns(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    data = pa.table({"id": pa.array(range(6), pa.int64()), "p": pa.array([0, 0, 1, 1, 2, 2], pa.int32())})
+    write_deltalake(str(path), data, partition_by=["p"], configuration=CDF_ON)
+    # one file at a time, so that no two reads build the same column at once
+    changes = table_changes(DeltaLog.for_table(str(path)), starting_version=0, max_workers=1)
+    assert ids(changes) == [(i, "insert", 0) for i in range(6)]
+    assert len(set(changes["_commit_timestamp"].to_pylist())) == 1
+    for name in ("_change_type", "_commit_version", "_commit_timestamp"):
+        chunks = changes[name].chunks
+        assert len(chunks) == 3
+        # slices of one array: the three files' columns point into the same buffer
+        assert len({chunk.buffers()[1].address for chunk in chunks}) == 1, name
+
+
+def test_constant_columns_grow_and_slice() -> None:
+    constants = ConstantColumns()
+    short = constants.column("delete", pa.string(), 2)
+    longer = constants.column("delete", pa.string(), 5)
+    again = constants.column("delete", pa.string(), 3)
+    assert short.to_pylist() == ["delete"] * 2
+    assert longer.to_pylist() == ["delete"] * 5
+    assert again.to_pylist() == ["delete"] * 3
+    assert again.buffers()[1].address == longer.buffers()[1].address
+    assert constants.column(7, pa.int64(), 4).to_pylist() == [7] * 4
+    assert constants.column(8, pa.int64(), 2).to_pylist() == [8] * 2
+    assert constants.column(7, pa.int64(), 0).to_pylist() == []
 
 
 # -- the streaming source without Spark -----------------------------------------------------------

@@ -161,9 +161,9 @@ class TableReader:
 
         ``row_filter=True`` applies the file's own deletion vector, ``False``/``None`` keeps every
         row, a :class:`RowFilter` selects rows explicitly. ``extra_columns`` are read from the file
-        as stored (e.g. ``_change_type`` of CDC files; nulls if absent). Raises
-        :class:`DataFileNotFoundError` naming the file when it is missing, unless ``ignore_missing``
-        (then the result is empty).
+        as stored (e.g. ``_change_type`` of CDC files; nulls if absent), decoded as dictionaries
+        (they hold a handful of values) and cast. Raises :class:`DataFileNotFoundError` naming the
+        file when it is missing, unless ``ignore_missing`` (then the result is empty).
         """
         fields = self.read_fields(columns)
         if row_filter is True:
@@ -175,10 +175,12 @@ class TableReader:
         try:
             source = _parquet_source(uri, self.conf, getattr(file, "size", None))
             try:
-                parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+                parquet = _open_parquet(source)
                 layout = _Layout.of(
                     parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode
                 )
+                if layout.extra_present:  # the footer is parsed once: reopen with it
+                    parquet = _open_parquet(source, parquet.metadata, sorted(layout.extra_present))
                 raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
                 num_rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
             except (pa.ArrowException, OSError) as exc:
@@ -445,6 +447,25 @@ def _scan_local(
     yield order[done], pa.Table.from_batches(batches, schema=projected)
     for path in order[done + 1 :]:  # files with no rows give no batches
         yield path, projected.empty_table()
+
+
+def _open_parquet(
+    source: str | pa.BufferReader,
+    metadata: pq.FileMetaData | None = None,
+    dictionary_columns: Sequence[str] | None = None,
+) -> pq.ParquetFile:
+    """``source`` opened for reading, ``dictionary_columns`` (which it must have) decoded as dictionaries.
+
+    Column chunks are read as they are decoded (no pre-buffering): a local file is in the page
+    cache and a fetched one in memory, so copying them up front only costs memory and time.
+    """
+    return pq.ParquetFile(
+        source,
+        metadata=metadata,
+        read_dictionary=dictionary_columns,
+        pre_buffer=False,
+        coerce_int96_timestamp_unit="us",
+    )
 
 
 def _parquet_source(uri: str, conf: Mapping[str, str], size: int | None = None) -> str | pa.BufferReader:
