@@ -429,14 +429,7 @@ class DeltaLogBatchReader(DataSourceReader):
         settings = self.settings
         delta_log = DeltaLog.for_table(settings.path, settings.conf)
         if settings.read_change_feed:
-            resolved = resolve_change_range(
-                delta_log,
-                settings.starting_version if isinstance(settings.starting_version, int) else None,
-                settings.ending_version,
-                settings.starting_timestamp,
-                settings.ending_timestamp,
-                allow_out_of_range=settings.allow_out_of_range,
-            )
+            resolved = _change_range(delta_log, settings)
             if resolved is None:
                 return TableReader.for_metadata(delta_log.table_path, delta_log.update().metadata), []
             plan = plan_changes(delta_log, *resolved)
@@ -494,12 +487,9 @@ class DeltaLogPushdownReader(DeltaLogBatchReader):
             ]
 
 
-def _change_read_snapshot(delta_log: DeltaLog, settings: ReadSettings) -> Snapshot:
-    """The snapshot whose schema a change read uses: the latest, or the end version's for a
-    bounded batch read of a column-mapping table (as :func:`replay.cdc.plan_changes` reads)."""
-    if settings.ending_version is None and settings.ending_timestamp is None:
-        return delta_log.update()
-    resolved = resolve_change_range(
+def _change_range(delta_log: DeltaLog, settings: ReadSettings) -> tuple[int, int] | None:
+    """The versions a batch change read covers (``None``: nothing to read), from its options."""
+    return resolve_change_range(
         delta_log,
         settings.starting_version if isinstance(settings.starting_version, int) else None,
         settings.ending_version,
@@ -507,6 +497,14 @@ def _change_read_snapshot(delta_log: DeltaLog, settings: ReadSettings) -> Snapsh
         settings.ending_timestamp,
         allow_out_of_range=settings.allow_out_of_range,
     )
+
+
+def _change_read_snapshot(delta_log: DeltaLog, settings: ReadSettings) -> Snapshot:
+    """The snapshot whose schema a change read uses: the latest, or the end version's for a
+    bounded batch read of a column-mapping table (as :func:`replay.cdc.plan_changes` reads)."""
+    if settings.ending_version is None and settings.ending_timestamp is None:
+        return delta_log.update()
+    resolved = _change_range(delta_log, settings)
     return delta_log.update() if resolved is None else change_read_snapshot(delta_log, *resolved)
 
 

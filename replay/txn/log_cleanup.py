@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from logstores.base import FileStatus
 from replay.log.checkpoint_instances import complete_checkpoints
 from replay.log.commit_timestamps import monotonic_timestamps
-from replay.log.listing import list_log
+from replay.log.listing import classify_listing, list_log
 from replay.log.table_io import TableIO
 from replay.protocol import filenames
 from replay.protocol.table_config import TableConfiguration
@@ -46,32 +46,29 @@ class _LogFile:
     status: FileStatus
 
 
-def _log_files(statuses: list[FileStatus]) -> tuple[list[tuple[int, FileStatus]], list[_LogFile]]:
-    """(commits by version, every deletable file with the version it belongs to)."""
-    commits: list[tuple[int, FileStatus]] = []
-    files: list[_LogFile] = []
-    for status in statuses:
-        if status.is_dir:
-            continue
-        name = status.name
-        if filenames.is_delta_file(name) and not filenames.is_staged_delta_file(status.path):
-            version = filenames.delta_version(name)
-            commits.append((version, status))
-        elif filenames.is_checkpoint_file(name) or filenames.is_checksum_file(name):
-            version = filenames.delta_version(name)
-        elif filenames.is_compacted_delta_file(name):
-            version = filenames.compacted_delta_versions(name)[1]
-        else:
-            continue
-        files.append(_LogFile(version, status))
-    commits.sort(key=lambda item: item[0])
-    return commits, files
+def _log_files(statuses: list[FileStatus]) -> list[_LogFile]:
+    """Every file cleanup may delete (commits, compacted commits, checkpoints, checksums) with the
+    version it belongs to."""
+    return [
+        _LogFile(filenames.file_version(status.name), status)
+        for status in statuses
+        if not status.is_dir and not filenames.is_staged_delta_file(status.path) and _is_log_file(status.name)
+    ]
+
+
+def _is_log_file(name: str) -> bool:
+    return (
+        filenames.is_delta_file(name)
+        or filenames.is_compacted_delta_file(name)
+        or filenames.is_checkpoint_file(name)
+        or filenames.is_checksum_file(name)
+    )
 
 
 def cleanup_boundary(statuses: list[FileStatus], cutoff_ms: int) -> int | None:
     """The newest version with a complete checkpoint whose commit is older than ``cutoff_ms``, or
     ``None`` when there is none (or the commits after it are not contiguous)."""
-    commits, _ = _log_files(statuses)
+    commits = classify_listing(statuses).deltas
     if not commits:
         return None
     times = {record.version: record.timestamp for record in monotonic_timestamps(commits)}
@@ -101,7 +98,7 @@ def cleanup_expired_logs(io: TableIO, config: TableConfiguration, now_ms: int | 
     boundary = cleanup_boundary(statuses, cutoff)
     if boundary is None:
         return []
-    _, files = _log_files(statuses)
+    files = _log_files(statuses)
     expired = sorted((f for f in files if f.version < boundary), key=lambda f: (f.version, f.status.name))
     deleted: list[str] = []
     for log_file in expired:
