@@ -224,8 +224,7 @@ class DeltaLog:
         metadata = next((a for a in actions if isinstance(a, Metadata)), None)
         protocol = next((a for a in actions if isinstance(a, Protocol)), None)
         if base is not None:
-            metadata = metadata or base.metadata
-            protocol = protocol or base.protocol
+            return base.config.updated(protocol, metadata)
         if metadata is None or protocol is None:
             return None
         return TableConfiguration(protocol, metadata, self.table_path)
