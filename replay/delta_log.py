@@ -22,16 +22,14 @@ from replay.log.commit_timestamps import CommitRecord, active_commit_at
 from replay.log.listing import LogListing, earliest_recreatable_version, full_listing, latest_version
 from replay.log.log_segment import LogSegment, build_log_segment, load_log_segment, segment_in_listing
 from replay.log.table_io import TableIO
-from replay.protocol.actions import Action, Metadata, Protocol
+from replay.protocol.actions import Action
 from replay.protocol.errors import MissingVersionsError, TableNotFoundError, VersionNotFoundError
-from replay.protocol.table_config import TableConfiguration
 from replay.protocol.timestamps import UTC, Timestamp, to_datetime, to_timestamp_ms
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult, write_checkpoint
-from replay.txn.committer import commit
 from replay.txn.log_cleanup import cleanup_expired_logs
-from replay.txn.post_commit import run_post_commit_hooks
+from replay.txn.transaction import Transaction, commit_actions
 
 
 class DeltaLog:
@@ -190,7 +188,7 @@ class DeltaLog:
         read_version: int | None = None,
         reads_whole_table: bool = False,
     ) -> int:
-        """Commit ``actions`` as the next version (see :func:`replay.txn.committer.commit`); returns it.
+        """Commit ``actions`` as the next version in one :class:`~replay.txn.transaction.Transaction`.
 
         ``read_version`` is the version the actions were derived from: commits landed since then
         are checked for conflicts. ``None`` makes a blind commit against the latest version
@@ -203,7 +201,7 @@ class DeltaLog:
         """
         read_snapshot = self._commit_base(read_version)
         try:
-            version = commit(
+            return commit_actions(
                 self.io,
                 actions,
                 operation,
@@ -214,35 +212,29 @@ class DeltaLog:
             )
         finally:
             self.invalidate()
-        run_post_commit_hooks(self.io, version, self._configuration_after(actions, read_snapshot))
-        return version
 
-    def _configuration_after(
-        self, actions: Sequence[Action], base: Snapshot | None
-    ) -> TableConfiguration | None:
-        """The table configuration a commit of ``actions`` leaves, when known without a replay."""
-        metadata = next((a for a in actions if isinstance(a, Metadata)), None)
-        protocol = next((a for a in actions if isinstance(a, Protocol)), None)
-        if base is not None:
-            return base.config.updated(protocol, metadata)
-        if metadata is None or protocol is None:
-            return None
-        return TableConfiguration(protocol, metadata, self.table_path)
+    def start_transaction(self, version: int | None = None, *, operation: str = "WRITE") -> Transaction:
+        """A :class:`~replay.txn.transaction.Transaction` reading the latest version (or ``version``);
+        it creates the table if there is none. Record what it reads and add its actions, then
+        ``commit()`` (Delta's ``startTransaction``)."""
+        return Transaction(self.io, self._commit_base(version), operation=operation)
 
     def _commit_base(self, read_version: int | None) -> Snapshot | None:
-        """The snapshot a commit is made from: the (cached) latest one for a blind commit, the one
-        at ``read_version`` otherwise, ``None`` for a new table."""
+        """The snapshot a commit is made from (``None`` for a new table): the cached latest one if
+        it is current, else one whose files are replayed only if the commit needs them."""
         if read_version is not None and read_version < 0:
             return None
         try:
-            latest = self.update()
+            segment = load_log_segment(self.io, read_version)
         except TableNotFoundError:
             if read_version is not None:
                 raise
             return None
-        if read_version is None or read_version == latest.version:
-            return latest
-        return self.snapshot(read_version)
+        with self._lock:
+            cached = self._latest
+        if cached is not None and cached.log_segment.same_files(segment):
+            return cached
+        return load_snapshot(self.io, segment, files=False)
 
     def checkpoint(self, version: int | None = None) -> CheckpointResult:
         """Write a checkpoint of ``version`` (latest if ``None``); see :mod:`replay.txn.checkpoint_writer`."""

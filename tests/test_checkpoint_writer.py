@@ -26,7 +26,7 @@ from replay.protocol.actions import (
 from replay.protocol.arrow_actions import CHECKPOINT_SCHEMA
 from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.txn.checkpoint_writer import checkpoint_table, split_parts, write_checkpoint
-from replay.txn.committer import commit
+from replay.txn.transaction import commit_actions as commit
 from replay.txn.write import write_table
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'

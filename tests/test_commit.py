@@ -22,7 +22,8 @@ from replay.protocol.errors import (
     MissingVersionsError,
     UnsupportedTableFeatureError,
 )
-from replay.txn.committer import commit, encode_operation_parameters
+from replay.txn.committer import encode_operation_parameters
+from replay.txn.transaction import commit_actions as commit
 from tests.custom_stores import TextOnlyLogStore
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
@@ -109,7 +110,7 @@ def test_delete_of_a_file_removed_concurrently_conflicts(tmp_path: Path) -> None
     assert caught.value.winning_version == 2
     message = str(caught.value)
     assert "ConcurrentDeleteDeleteException" in message
-    assert "(for example a)" in message
+    assert "(for example a in the root of the table)" in message
     assert "version 2 of table" in message
     assert log.latest_version() == 3
 
@@ -123,21 +124,28 @@ def test_removing_other_files_does_not_conflict(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("winner", "expected"),
+    ("winner", "mine", "expected"),
     [
-        (Protocol(1, 4), "ProtocolChangedException"),
-        (Metadata(id="other", schema_string=SCHEMA), "MetadataChangedException"),
-        (SetTransaction("app", 7, 1), "ConcurrentTransactionException"),
+        (Protocol(1, 4), Protocol(1, 3), "ProtocolChangedException"),
+        (Metadata(id="other", schema_string=SCHEMA), None, "MetadataChangedException"),
+        (SetTransaction("app", 7, 1), None, "ConcurrentTransactionException"),
     ],
 )
 def test_winner_changing_protocol_metadata_or_same_txn_conflicts(
-    tmp_path: Path, winner: object, expected: str
+    tmp_path: Path, winner: object, mine: Protocol | None, expected: str
 ) -> None:
     log = new_table(str(tmp_path / "t"))
     commit(log.io, [winner], read_version=0)
     with pytest.raises(ConcurrentModificationError, match=expected) as caught:
-        commit(log.io, [SetTransaction("app", 8, 2), add("x")], read_version=0)
+        commit(log.io, [*([mine] if mine else []), SetTransaction("app", 8, 2), add("x")], read_version=0)
     assert caught.value.winning_version == 1
+
+
+def test_a_protocol_upgrade_does_not_fail_an_append(tmp_path: Path) -> None:
+    """Delta fails only a transaction that changes the protocol too (or one the new protocol forbids)."""
+    log = new_table(str(tmp_path / "t"))
+    commit(log.io, [Protocol(1, 4)], read_version=0)
+    assert commit(log.io, [add("x")], read_version=0) == 2
 
 
 def test_other_application_ids_do_not_conflict(tmp_path: Path) -> None:
@@ -147,11 +155,17 @@ def test_other_application_ids_do_not_conflict(tmp_path: Path) -> None:
     assert log.snapshot().set_transactions == {"other": 1, "app": 1}
 
 
-def test_whole_table_readers_conflict_with_concurrent_appends(tmp_path: Path) -> None:
-    log = new_table(str(tmp_path / "t"))
+def test_whole_table_readers_conflict_with_concurrent_appends_unless_write_serializable(
+    tmp_path: Path,
+) -> None:
+    log = new_table(str(tmp_path / "t"))  # Serializable, Delta's default
     commit(log.io, [add("new")], read_version=0)
-    with pytest.raises(ConcurrentModificationError, match=r"ConcurrentAppendException.*\(for example new\)"):
+    with pytest.raises(ConcurrentModificationError, match=r"ConcurrentAppendException: Files were added to"):
         commit(log.io, [add("replacement")], "WRITE", read_version=0, reads_whole_table=True)
+    relaxed = new_table(str(tmp_path / "w"), {"delta.isolationLevel": "WriteSerializable"})
+    commit(relaxed.io, [add("new")], read_version=0)
+    # WriteSerializable: the blind append is ordered before the reader
+    assert commit(relaxed.io, [add("replacement")], "WRITE", read_version=0, reads_whole_table=True) == 2
 
 
 def test_concurrent_table_creation_conflicts(tmp_path: Path) -> None:

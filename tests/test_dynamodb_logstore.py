@@ -20,7 +20,7 @@ from logstores.s3_dynamodb import ExternalCommitEntry, get_param, is_delta_log_p
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile
 from replay.protocol.errors import ConcurrentModificationError
-from replay.txn.committer import commit
+from replay.txn.transaction import commit_actions as commit
 from tests.cloud_servers import Fault, FaultProxy, MotoServer, dynamodb_settings, free_port, unique_name
 
 pytestmark = pytest.mark.cloud
@@ -457,7 +457,9 @@ def test_a_conflict_with_the_repaired_commit_names_its_version(table: Table) -> 
     with pytest.raises(WriterKilled):
         DeltaLog(table.root, None, KilledStore(table.conf, "entry")).commit([_remove("x")], read_version=1)
     store = CountingStore(table.conf)
-    with pytest.raises(ConcurrentModificationError, match="Conflicting commit: version 2 of table") as error:
+    with pytest.raises(
+        ConcurrentModificationError, match=r"by a concurrent update \(version 2 of table"
+    ) as error:
         commit(
             DeltaLog(table.root, None, store).io, [_remove("x")], "DELETE", read_version=1, max_attempts=20
         )

@@ -26,7 +26,7 @@ import pytest
 from logstores import create_log_store
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata, Protocol
-from replay.txn.committer import commit
+from replay.txn.transaction import commit_actions as commit
 from tests.cloud_servers import MotoServer, dynamodb_settings, s3_settings, unique_name
 from tests.crash_writers import commit_until_killed
 

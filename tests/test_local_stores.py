@@ -15,7 +15,7 @@ import pytest
 from logstores import HDFSLogStore, LocalLogStore, LogStore, MemoryLogStore
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata, Protocol
-from replay.txn.committer import commit
+from replay.txn.transaction import commit_actions as commit
 
 
 def test_partial_write_visibility_per_store(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from logstores.timeouts import (
 )
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata, Protocol
-from replay.txn.committer import commit
+from replay.txn.transaction import commit_actions as commit
 from tests.cloud_servers import (
     Azurite,
     Fault,

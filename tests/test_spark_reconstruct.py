@@ -15,7 +15,7 @@ from replay.delta_log import DeltaLog
 from replay.protocol.actions import RemoveFile, action_from_dict
 from replay.protocol.paths import canonicalize_path
 from replay.spark import reconstruct_state
-from replay.txn.committer import commit
+from replay.txn.transaction import commit_actions as commit
 from replay.txn.write import write_table
 
 pytestmark = pytest.mark.spark

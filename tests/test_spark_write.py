@@ -312,7 +312,9 @@ def race_append_against_overwrite(spark: Any, uri: str, conf: dict[str, str]) ->
             write_table(uri, pa.table({"id": [100]}), mode="overwrite", conf=conf)
     finally:
         write_module.commit_write = real
-    assert str(error.value).startswith("ConcurrentAppendException: Files were added")
+    assert str(error.value).startswith(
+        "[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added"
+    )
     assert error.value.winning_version == 1
     log = DeltaLog.for_table(uri, conf)
     assert log.latest_version() == 1  # the overwrite committed nothing
@@ -335,6 +337,30 @@ def _data_files(uri: str, conf: dict[str, str]) -> set[str]:
 
 def test_spark_append_racing_a_python_overwrite(deltalog: Any, tmp_path: Path) -> None:
     race_append_against_overwrite(deltalog, str(tmp_path / "t"), {})
+
+
+def test_an_overwrite_commits_after_a_blind_append_under_write_serializable(
+    deltalog: Any, tmp_path: Path
+) -> None:
+    """A WriteSerializable table orders the concurrent blind append before the overwrite."""
+    uri = str(tmp_path / "t")
+    write_table(uri, pa.table({"id": [1, 2]}), configuration={"delta.isolationLevel": "WriteSerializable"})
+    real = write_module.commit_write
+
+    def spark_append_wins_first(*args: Any, **kwargs: Any) -> Any:
+        write_module.commit_write = real
+        deltalog.createDataFrame([(10,)], "id long").coalesce(1).write.format("deltalog").mode("append").save(
+            uri
+        )
+        return real(*args, **kwargs)
+
+    write_module.commit_write = spark_append_wins_first
+    try:
+        assert write_table(uri, pa.table({"id": [100]}), mode="overwrite") == 2
+    finally:
+        write_module.commit_write = real
+    assert sorted(row["id"] for row in ours(uri).to_pylist()) == [10, 100]
+    assert commit_info(DeltaLog.for_table(uri), 2)["isolationLevel"] == "WriteSerializable"
 
 
 def test_spark_append_racing_a_python_overwrite_on_s3_with_dynamodb(
@@ -487,10 +513,21 @@ def test_options_arrive_in_lower_case_and_are_read_as_delta_spells_them() -> Non
     assert str(error.value) == (
         "[DELTA_ILLEGAL_OPTION] Invalid value 'yes' for option 'overwriteSchema', must be 'true' or 'false'"
     )
-    first = streaming_app_id({"checkpointlocation": "/ck/q1"})
-    assert (
-        first
-        == streaming_app_id({"checkpointlocation": "/ck/q1/"})
-        != streaming_app_id({"checkpointlocation": "/ck/q2"})
-    )
     assert streaming_app_id({"txnappid": "mine", "checkpointlocation": "/ck/q1"}) == "mine"
+
+
+def test_the_streaming_app_id_is_the_query_id_in_the_checkpoint(tmp_path: Path) -> None:
+    from replay.spark.writer import streaming_app_id
+    from replay.txn.write_plan import InvalidWriteOptionError
+
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id":"6f7c2d1e-query"}\n')
+    spellings = [str(checkpoint), f"{checkpoint}/", f"file:{checkpoint}", f"file://{checkpoint}"]
+    assert {streaming_app_id({"checkpointlocation": spelling}) for spelling in spellings} == {
+        "6f7c2d1e-query"
+    }
+    with pytest.raises(
+        InvalidWriteOptionError, match=rf"streaming query's id from {tmp_path}/other/metadata"
+    ):
+        streaming_app_id({"checkpointlocation": str(tmp_path / "other")})

@@ -208,7 +208,7 @@ def test_partial_overwrites_conflict_only_with_appends_to_their_partitions(tmp_p
     write_table(path, pa.table({"id": [9], "p": ["a"]}))  # version 3
     with pytest.raises(ConcurrentModificationError) as error:
         commit_write(log.io, same_plan, same_files)
-    assert str(error.value).startswith("ConcurrentAppendException: Files were")
+    assert str(error.value).startswith("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were")
     assert error.value.winning_version == 2  # the first overwrite of partition a already conflicts
 
 

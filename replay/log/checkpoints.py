@@ -182,6 +182,35 @@ def _read_other_actions(
     return rows
 
 
+SINGLE_ACTION_COLUMNS = frozenset({"protocol", "metaData"})
+"""Kinds a checkpoint holds exactly one of."""
+_SCAN_ROWS = 4096
+
+
+def _read_single_actions(parquet: pq.ParquetFile, kinds: Sequence[str]) -> list[dict[str, Any]]:
+    """The one ``protocol`` and one ``metaData`` row of a Parquet checkpoint, as dicts.
+
+    Batches are decoded in file order only until both were seen: writers put them first (Delta
+    writes protocol, metadata, domains and transactions before the file actions), so a checkpoint
+    of a million files costs one small batch, not a million decoded rows.
+    """
+    names = parquet.schema_arrow.names
+    columns = [name for name in kinds if name in names]
+    groups = [
+        g
+        for g in range(parquet.num_row_groups)
+        if any(_may_hold_values(parquet.metadata, g, c) for c in columns)
+    ]
+    rows: list[dict[str, Any]] = []
+    if not columns or not groups:
+        return rows
+    for batch in parquet.iter_batches(batch_size=_SCAN_ROWS, row_groups=groups, columns=columns):
+        rows += _non_null_rows(pa.Table.from_batches([batch]))
+        if {name for row in rows for name in row} >= set(columns):
+            break
+    return rows
+
+
 def read_parquet_checkpoint(
     store: LogStore, status: FileStatus, *, file_rows_only: bool = False
 ) -> CheckpointData:
@@ -212,6 +241,8 @@ def read_parquet_checkpoint(
 
 
 DESCRIPTION_COLUMNS = ("protocol", "metaData")
+TABLE_ACTION_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata")
+"""The actions a table's description holds besides its files (what a commit is made from)."""
 
 
 def read_checkpoint_description(io: TableIO, files: Sequence[FileStatus]) -> list[dict[str, Any]]:
@@ -220,16 +251,34 @@ def read_checkpoint_description(io: TableIO, files: Sequence[FileStatus]) -> lis
     Only those two columns of the Parquet parts are decoded, and V2 sidecars (which hold file
     actions only) are not read. Raises :class:`CorruptLogError` naming the file that cannot be read.
     """
+    return read_checkpoint_actions(io, files, DESCRIPTION_COLUMNS, stop_when_found=True)
+
+
+def read_checkpoint_actions(
+    io: TableIO, files: Sequence[FileStatus], kinds: Sequence[str], *, stop_when_found: bool = False
+) -> list[dict[str, Any]]:
+    """The non-file actions of ``kinds`` in a complete checkpoint, as dicts (``{"txn": {...}}``).
+
+    Only those columns of the Parquet parts are decoded, row groups whose statistics show them
+    all null are skipped, and V2 sidecars (file actions only) are not read. With
+    ``stop_when_found`` the remaining parts are not read once one action of every kind was seen
+    (right for kinds a checkpoint holds once: protocol, metadata). Raises
+    :class:`CorruptLogError` naming the file that cannot be read.
+    """
     actions: list[dict[str, Any]] = []
     for status in files:
         if status.path.endswith(".json"):
             rows = read_json_checkpoint(io.store, status.path).actions
-            actions += [row for row in rows if any(row.get(name) is not None for name in DESCRIPTION_COLUMNS)]
+            actions += [row for row in rows if any(row.get(name) is not None for name in kinds)]
             continue
+        single = [kind for kind in kinds if kind in SINGLE_ACTION_COLUMNS]
+        many = [kind for kind in kinds if kind not in SINGLE_ACTION_COLUMNS]
         try:
             with io.store.open_file(status) as stream:
                 parquet = pq.ParquetFile(stream)
-                actions += _read_other_actions(parquet, DESCRIPTION_COLUMNS)
+                actions += _read_single_actions(parquet, single)
+                if many:
+                    actions += _read_other_actions(parquet, many)
         except FileNotFoundError as exc:
             raise CorruptLogError(
                 f"checkpoint file {status.path} is missing: {exc}", path=status.path
@@ -238,7 +287,7 @@ def read_checkpoint_description(io: TableIO, files: Sequence[FileStatus]) -> lis
             raise CorruptLogError(
                 f"cannot read checkpoint file {status.path}: {exc}", path=status.path
             ) from exc
-        if {name for action in actions for name in action} >= set(DESCRIPTION_COLUMNS):
+        if stop_when_found and {name for action in actions for name in action} >= set(kinds):
             break  # a checkpoint holds one of each: the remaining parts are not read
     return actions
 

@@ -137,6 +137,36 @@ def read_commit_dicts(io: TableIO, status: FileStatus) -> list[dict[str, Any]]:
     return parse_commit(io, status, read_commit_bytes(io, status))
 
 
+def read_action_lines(io: TableIO, status: FileStatus, kinds: Sequence[str]) -> list[dict[str, Any]]:
+    """The lines of a commit (or compacted) file that hold an action of ``kinds``, in file order.
+
+    Only lines naming one of the kinds are parsed, so a commit of a million adds costs a byte
+    search, not a parse. A line that also holds a file action (``add``, ``remove``, ``cdc``) is
+    skipped. Raises :class:`CorruptLogError` naming the file and line, as :func:`parse_commit`.
+    """
+    raw = read_commit_bytes(io, status)
+    needles = [f'"{kind}"'.encode() for kind in kinds]
+    if not any(needle in raw for needle in needles):
+        return []
+    out: list[dict[str, Any]] = []
+    for line in raw.split(b"\n"):
+        if not any(needle in line for needle in needles):
+            continue
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            parse_commit(io, status, raw)  # raises naming the line
+            raise
+        if not isinstance(value, dict):
+            parse_commit(io, status, raw)
+        if any(value.get(kind) is not None for kind in kinds) and not _FILE_KINDS & value.keys():
+            out.append(value)
+    return out
+
+
+_FILE_KINDS = frozenset({"add", "remove", "cdc"})
+
+
 def read_commit(io: TableIO, version: int) -> list[Action]:
     """The actions of commit ``version`` in file order (unknown kinds skipped).
 

@@ -6,7 +6,9 @@ involved, and the same facts are available as attributes for programmatic use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from typing import Self
 
 
 class DeltaError(Exception):
@@ -119,11 +121,100 @@ class AppendOnlyTableError(DeltaError):
 
 
 class ConcurrentModificationError(DeltaError):
-    """A commit lost the race to a logically conflicting commit at ``winning_version``."""
+    """A commit lost the race to a logically conflicting commit at ``winning_version``.
 
-    def __init__(self, message: str, *, table: str | None = None, winning_version: int | None = None) -> None:
+    The subclasses are Delta's conflict exceptions (same names and messages): which rule of
+    Delta's conflict checker the winning commit broke. ``winning_operation`` is the winner's
+    ``commitInfo.operation`` when it has one.
+    """
+
+    error_class = "DELTA_CONCURRENT_WRITE"
+    delta_name = "ConcurrentWriteException"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        winning_version: int | None = None,
+        winning_operation: str | None = None,
+    ) -> None:
         super().__init__(message, table=table)
         self.winning_version = winning_version
+        self.winning_operation = winning_operation
+
+    @classmethod
+    def conflict(
+        cls,
+        description: str,
+        *,
+        table: str,
+        winning_version: int,
+        winning_commit: Mapping[str, object] | None = None,
+    ) -> Self:
+        """Delta's message: the error class and Java name, what the winner did (naming its
+        version, operation and the table on the first line), then the winning ``commitInfo``."""
+        operation = winning_commit.get("operation") if winning_commit else None
+        shown = f"version {winning_version} of table {table}" + (
+            f", operation {operation}" if operation else ""
+        )
+        first = description.replace("{winner}", f"a concurrent update ({shown})")
+        lines = [f"[{cls.error_class}] {cls.delta_name}: {first} Please try the operation again."]
+        if winning_commit is not None:
+            info = {**winning_commit, "version": winning_version}
+            lines.append(f"Conflicting commit: {json.dumps(info, separators=(',', ':'), default=str)}")
+        lines.append(f"Refer to {CONCURRENCY_CONTROL_DOCS} for more details.")
+        return cls(
+            "\n".join(lines),
+            table=table,
+            winning_version=winning_version,
+            winning_operation=str(operation) if operation is not None else None,
+        )
+
+
+CONCURRENCY_CONTROL_DOCS = "https://docs.delta.io/latest/concurrency-control.html"
+
+
+class ConcurrentAppendException(ConcurrentModificationError):  # noqa: N818 - Delta's name
+    """Files were added that this transaction's reads could have matched."""
+
+    error_class = "DELTA_CONCURRENT_APPEND"
+    delta_name = "ConcurrentAppendException"
+
+
+class ConcurrentDeleteReadException(ConcurrentModificationError):  # noqa: N818 - Delta's name
+    """A file this transaction read was removed by the winner."""
+
+    error_class = "DELTA_CONCURRENT_DELETE_READ"
+    delta_name = "ConcurrentDeleteReadException"
+
+
+class ConcurrentDeleteDeleteException(ConcurrentModificationError):  # noqa: N818 - Delta's name
+    """A file this transaction removes was removed by the winner too."""
+
+    error_class = "DELTA_CONCURRENT_DELETE_DELETE"
+    delta_name = "ConcurrentDeleteDeleteException"
+
+
+class MetadataChangedException(ConcurrentModificationError):  # noqa: N818 - Delta's name
+    """The winner changed the table's metadata (schema, partitioning, properties)."""
+
+    error_class = "DELTA_METADATA_CHANGED"
+    delta_name = "MetadataChangedException"
+
+
+class ProtocolChangedException(ConcurrentModificationError):  # noqa: N818 - Delta's name
+    """The winner changed the protocol while this transaction changes it too (or created the table)."""
+
+    error_class = "DELTA_PROTOCOL_CHANGED"
+    delta_name = "ProtocolChangedException"
+
+
+class ConcurrentTransactionException(ConcurrentModificationError):  # noqa: N818 - Delta's name
+    """The winner committed for an application id (or a metadata domain) this transaction depends on."""
+
+    error_class = "DELTA_CONCURRENT_TRANSACTION"
+    delta_name = "ConcurrentTransactionException"
 
 
 class TimestampOutOfRangeError(DeltaError):

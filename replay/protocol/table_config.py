@@ -15,6 +15,7 @@ from functools import cached_property
 
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.errors import AppendOnlyTableError, UnsupportedTableFeatureError
+from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_properties import (
     APPEND_ONLY,
     CHECKPOINT_INTERVAL,
@@ -25,6 +26,7 @@ from replay.protocol.table_properties import (
     ENABLE_EXPIRED_LOG_CLEANUP,
     ENABLE_IN_COMMIT_TIMESTAMPS,
     IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
+    ISOLATION_LEVEL,
     LOG_RETENTION,
     SET_TRANSACTION_RETENTION,
 )
@@ -224,6 +226,11 @@ class TableConfiguration:
     @cached_property
     def num_indexed_cols(self) -> int:
         return DATA_SKIPPING_NUM_INDEXED_COLS.value_in(self.configuration)
+
+    @cached_property
+    def isolation_level(self) -> IsolationLevel:
+        """The isolation level of commits that change data (``delta.isolationLevel``)."""
+        return ISOLATION_LEVEL.value_in(self.configuration)
 
     @cached_property
     def column_mapping_mode(self) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from replay.protocol.errors import DeltaError
+from replay.protocol.isolation import DEFAULT_ISOLATION_LEVEL, IsolationLevel
 
 T = TypeVar("T")
 
@@ -132,6 +133,9 @@ ENABLE_EXPIRED_LOG_CLEANUP = TableProperty("delta.enableExpiredLogCleanup", True
 DATA_SKIPPING_NUM_INDEXED_COLS = TableProperty("delta.dataSkippingNumIndexedCols", 32, parse_int)
 COLUMN_MAPPING_MODE = TableProperty("delta.columnMapping.mode", "none", parse_column_mapping_mode)
 ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, parse_bool)
+ISOLATION_LEVEL = TableProperty(
+    "delta.isolationLevel", DEFAULT_ISOLATION_LEVEL, IsolationLevel.parse_table_level
+)
 
 KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     APPEND_ONLY,
@@ -147,6 +151,7 @@ KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     DATA_SKIPPING_NUM_INDEXED_COLS,
     COLUMN_MAPPING_MODE,
     ENABLE_DELETION_VECTORS,
+    ISOLATION_LEVEL,
 )
 """Every property this library parses."""
 
@@ -162,7 +167,6 @@ PASS_THROUGH_KEYS = (
     "delta.checkpoint.writeStatsAsJson",
     "delta.checkpoint.writeStatsAsStruct",
     "delta.checkpointRetentionDuration",
-    "delta.isolationLevel",
     "delta.randomizeFilePrefixes",
     "delta.minReaderVersion",
     "delta.minWriterVersion",

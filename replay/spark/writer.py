@@ -4,13 +4,15 @@
 plans the write (:func:`replay.txn.write_plan.plan_write`: table creation, schema checks,
 options) before any task runs; each task streams its Arrow batches into Parquet files
 (:mod:`replay.txn.data_writer`) and returns their ``add`` actions; the driver commits them once
-through the LogStore the configuration resolves, with Delta's conflict checks, then runs the
-post-commit hooks. ``abort``, a failed commit and a failed task delete the files written.
+in a :class:`~replay.txn.transaction.Transaction` made from the version the plan read (Delta's
+conflict checks, then the post-commit hooks). Files are deleted only when nothing was committed:
+a refused or conflicting commit, or an ``abort`` whose ``txnId`` is not in the log.
 
 ``df.writeStream.format("deltalog")``: each micro-batch is one commit carrying
-``SetTransaction(appId, batchId)``; ``appId`` is the ``txnAppId`` option or derived from the
-query's checkpoint location, so it is stable across restarts, and a batch already committed for
-it is skipped (exactly once). The ``complete`` output mode overwrites the table in each batch.
+``SetTransaction(appId, batchId)``, made from the version its plan read; ``appId`` is the
+``txnAppId`` option or the query's id from its checkpoint (Delta's ``queryId``), so a restarted
+query skips a batch it already committed (exactly once), and a new checkpoint starts a new query.
+The ``complete`` output mode overwrites the table in each batch.
 
 Options (names as in Delta, case-insensitive): ``partitionBy`` (comma-separated), ``mergeSchema``,
 ``overwriteSchema``, ``replaceWhere``, ``partitionOverwriteMode``, ``txnAppId`` + ``txnVersion``,
@@ -22,7 +24,6 @@ settings used: storage settings, ``spark.sql.sources.partitionOverwriteMode``,
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,11 +37,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from logstores import open_filesystem
 from replay.log.table_io import TableIO
 from replay.protocol.actions import AddFile
 from replay.protocol.schema import StructType as DeltaSchema
 from replay.protocol.schema import parse_schema
 from replay.txn.data_writer import WrittenFile, delete_data_files, write_batches
+from replay.txn.transaction import transaction_committed
 from replay.txn.write_plan import (
     InvalidWriteOptionError,
     WriteOptions,
@@ -149,14 +152,16 @@ def _plan(
 # -- commit messages --------------------------------------------------------------------------
 @dataclass
 class WrittenFiles(WriterCommitMessage):
-    """What one task wrote: its ``add`` actions as log lines, and the rows of each file."""
+    """What one task wrote: its ``add`` actions as log lines, the rows of each file, and the plan
+    the task wrote them under (so the driver commits from the version that plan read)."""
 
     adds: list[str] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
+    plan: WritePlan | None = None
 
     @classmethod
-    def of(cls, files: Sequence[WrittenFile]) -> WrittenFiles:
-        return cls([f.add.json() for f in files], [f.num_rows for f in files])
+    def of(cls, files: Sequence[WrittenFile], plan: WritePlan | None = None) -> WrittenFiles:
+        return cls([f.add.json() for f in files], [f.num_rows for f in files], plan)
 
     def files(self) -> list[WrittenFile]:
         return [
@@ -169,26 +174,40 @@ def _written(messages: Sequence[WriterCommitMessage | None]) -> list[WrittenFile
     return [f for m in messages if isinstance(m, WrittenFiles) for f in m.files()]
 
 
+def _planned(messages: Sequence[WriterCommitMessage | None]) -> WritePlan | None:
+    """The plan the tasks wrote under (every task of one write carries the same one)."""
+    return next((m.plan for m in messages if isinstance(m, WrittenFiles) and m.plan is not None), None)
+
+
 def _write_task(plan: WritePlan, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
-    return WrittenFiles.of(write_batches(plan.spec, iterator))
-
-
-def _discard(plan: WritePlan, written: Sequence[WrittenFile]) -> None:
-    if written:
-        delete_data_files(plan.table_path, [w.add.path for w in written], plan.spec.conf)
+    if plan.already_committed:
+        return WrittenFiles(plan=plan)  # nothing to write: the commit will skip it
+    return WrittenFiles.of(write_batches(plan.spec, iterator), plan)
 
 
 def _commit(plan: WritePlan, written: list[WrittenFile], **kwargs: Any) -> int | None:
-    """Commit through the txn layer; the files are deleted if nothing is committed."""
+    """Commit through the txn layer (which deletes the files when nothing was committed)."""
+    return commit_write(TableIO.for_table(plan.table_path, plan.spec.conf), plan, written, **kwargs)
+
+
+def _abort(plan: WritePlan, written: Sequence[WrittenFile]) -> None:
+    """Delete the files of a write Spark aborts, unless its commit is in the log.
+
+    Spark also aborts a write whose ``commit`` raised, which may be after the version was
+    written (a post-commit hook interrupted): the log is asked whether a commit carries the
+    plan's ``txnId`` before anything is deleted.
+    """
+    if not written:
+        return
     io = TableIO.for_table(plan.table_path, plan.spec.conf)
-    try:
-        version = commit_write(io, plan, written, **kwargs)
-    except BaseException:
-        _discard(plan, written)
-        raise
-    if version is None:
-        _discard(plan, written)
-    return version
+    if transaction_committed(io, plan.read_version, plan.txn_id):
+        logger.warning(
+            "Spark aborted a write to %s that is committed (txnId %s); its files are kept",
+            plan.table_path,
+            plan.txn_id,
+        )
+        return
+    delete_data_files(plan.table_path, [w.add.path for w in written], plan.spec.conf)
 
 
 # -- batch --------------------------------------------------------------------------------------
@@ -199,8 +218,6 @@ class DeltaLogBatchWriter(DataSourceArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
-        if self.plan.already_committed:
-            return WrittenFiles()
         return _write_task(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -208,7 +225,7 @@ class DeltaLogBatchWriter(DataSourceArrowWriter):
         logger.info("committed version %s of %s", version, self.plan.table_path)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _discard(self.plan, _written(messages))
+        _abort(self.plan, _written(messages))
 
 
 def batch_writer(
@@ -227,10 +244,19 @@ def batch_writer(
 
 
 # -- streaming ----------------------------------------------------------------------------------
-def streaming_app_id(options: Mapping[str, str]) -> str:
-    """The application id of a streaming query: ``txnAppId``, else derived from the checkpoint
-    location (stable across restarts of the same query). Raises :class:`InvalidWriteOptionError`
-    when there is neither."""
+QUERY_METADATA_FILE = "metadata"
+"""The file in a streaming query's checkpoint where Spark keeps the query's id (``{"id": ...}``)."""
+
+
+def streaming_app_id(options: Mapping[str, str], conf: Mapping[str, str] | None = None) -> str:
+    """The application id of a streaming query: ``txnAppId``, else the query's id, which Spark
+    keeps in ``<checkpointLocation>/metadata`` (Delta's sink uses the same ``queryId``).
+
+    The id belongs to the query, not to how its checkpoint is spelled (``/x``, ``file:/x``), and a
+    new checkpoint is a new query whose batch ids start again at 0. Raises
+    :class:`InvalidWriteOptionError` naming the location when there is neither, or when the
+    checkpoint holds no query id.
+    """
     lowered = {str(key).lower(): str(value) for key, value in options.items()}
     if lowered.get("txnappid"):
         return lowered["txnappid"]
@@ -240,11 +266,28 @@ def streaming_app_id(options: Mapping[str, str]) -> str:
             "A deltalog streaming sink needs the option 'checkpointLocation' (or 'txnAppId') to "
             "identify the query across restarts"
         )
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, "deltalog-sink:" + location.rstrip("/")))
+    path = location.rstrip("/") + "/" + QUERY_METADATA_FILE
+    try:
+        fs, fs_path = open_filesystem(path, conf)
+        with fs.open(fs_path, "rb") as handle:
+            query_id = orjson.loads(handle.read().splitlines()[0])["id"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise InvalidWriteOptionError(
+            f"Cannot read the streaming query's id from {path} ({type(exc).__name__}: {exc}); the sink "
+            "needs it to write each micro-batch exactly once (or set 'txnAppId')"
+        ) from None
+    return str(query_id)
 
 
 class DeltaLogStreamWriter(DataSourceStreamArrowWriter):
-    """One micro-batch of a streaming write, planned on the driver when the batch starts."""
+    """One micro-batch of a streaming write.
+
+    Spark plans each micro-batch (the plan the tasks write under, carried back in their
+    messages) and makes a new writer to commit it: the commit is made from the version the
+    batch's plan read, so a change committed by others while the tasks wrote (a schema change, a
+    new partitioning) is checked by Delta's conflict rules, not silently written over. ``plan``
+    here is only used for a batch whose tasks sent no message.
+    """
 
     def __init__(self, plan: WritePlan, app_id: str, output_mode: str) -> None:
         self.plan = plan
@@ -255,7 +298,8 @@ class DeltaLogStreamWriter(DataSourceStreamArrowWriter):
         return _write_task(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
-        plan = self.plan.for_transaction(self.app_id, batchId, self.plan.committed_txn_version)
+        planned = _planned(messages) or self.plan
+        plan = planned.for_transaction(self.app_id, batchId, planned.committed_txn_version)
         parameters = {"outputMode": self.output_mode, "queryId": self.app_id, "epochId": str(batchId)}
         version = _commit(
             plan, _written(messages), operation="STREAMING UPDATE", operation_parameters=parameters
@@ -266,7 +310,7 @@ class DeltaLogStreamWriter(DataSourceStreamArrowWriter):
             )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
-        _discard(self.plan, _written(messages))
+        _abort(_planned(messages) or self.plan, _written(messages))
 
 
 def stream_writer(
@@ -279,7 +323,7 @@ def stream_writer(
     session_conf: Mapping[str, str],
 ) -> DeltaLogStreamWriter:
     """Plan one micro-batch of a ``df.writeStream`` and return its writer."""
-    app_id = streaming_app_id(options)
+    app_id = streaming_app_id(options, conf)
     batch_options = {k: v for k, v in options.items() if k.lower() not in ("txnappid", "txnversion")}
     plan = _plan(path, conf, schema, write_options(batch_options, session_conf, overwrite=overwrite), app_id)
     return DeltaLogStreamWriter(plan, app_id, "Complete" if overwrite else "Append")

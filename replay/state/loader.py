@@ -17,12 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from logstores.base import FileStatus
-from replay.log.checkpoints import read_checkpoint, read_checkpoint_description
+from replay.log.checkpoints import (
+    TABLE_ACTION_COLUMNS,
+    read_checkpoint,
+    read_checkpoint_actions,
+    read_checkpoint_description,
+)
 from replay.log.commit_files import (
     TASK_BYTES,
     ArrowCommit,
     parse_commit,
     parse_commit_arrow,
+    read_action_lines,
     read_commit_bytes,
 )
 from replay.log.concurrency import gc_paused, prefetch
@@ -38,8 +44,16 @@ from replay.state.snapshot import Snapshot
 logger = logging.getLogger(__name__)
 
 
-def load_snapshot(io: TableIO, segment: LogSegment | None = None, version: int | None = None) -> Snapshot:
+def load_snapshot(
+    io: TableIO, segment: LogSegment | None = None, version: int | None = None, *, files: bool = True
+) -> Snapshot:
     """Replay ``segment`` (default: the segment of ``version``, or of the latest version).
+
+    With ``files=False`` only the table's description is replayed now: protocol, metadata, app
+    transactions and domain metadata (the lines of the commits that name them, and the matching
+    checkpoint columns, whose all-null row groups are skipped). The file state is replayed the
+    first time it is used. That is what a commit is made from: an append to a table of a million
+    files reads a few small columns, not the million adds.
 
     Raises :class:`~replay.protocol.errors.CorruptLogError` for an unreadable commit (never a
     partial state) or an unreadable checkpoint without an older fallback,
@@ -48,10 +62,17 @@ def load_snapshot(io: TableIO, segment: LogSegment | None = None, version: int |
     """
     if segment is None:
         segment = load_log_segment(io, version)
-    return _load(io, segment, io.executor())
+    if not files:
+        return _load_description(io, segment)
+    state, newest, segment = _replay(io, segment, io.executor())
+    return Snapshot(io, segment, _table_configuration(io, segment, state), state, newest)
 
 
-def _load(io: TableIO, segment: LogSegment, executor: Executor | None) -> Snapshot:
+def _replay(
+    io: TableIO, segment: LogSegment, executor: Executor | None
+) -> tuple[ReverseLogReplay, Mapping[str, Any] | None, LogSegment]:
+    """The full replay of ``segment`` (or of an older one if its checkpoint is unreadable): the
+    state, the newest commit's ``commitInfo`` and the segment actually replayed."""
     state = ReverseLogReplay()
     newest = _replay_commits(io, segment, executor, state)
     if segment.checkpoint is not None:
@@ -59,9 +80,46 @@ def _load(io: TableIO, segment: LogSegment, executor: Executor | None) -> Snapsh
             _replay_checkpoint(io, segment, executor, state)
         except CorruptLogError as exc:
             exc.table = io.table_path
-            return _fall_back(io, segment, executor, exc)
+            return _replay(io, _older_segment(io, segment, exc), executor)
+    return state, newest, segment
+
+
+def _load_description(io: TableIO, segment: LogSegment) -> Snapshot:
+    """A snapshot whose protocol, metadata, app transactions and domains are replayed now and whose
+    files are replayed on first use."""
+    state = ReverseLogReplay()
+    newest = segment.version
+    commits = [(start, end, status) for start, end, status in reversed(segment.replay_files)]
+
+    def lines(item: tuple[int, int, FileStatus]) -> list[dict[str, Any]]:
+        kinds = _TABLE_KINDS_AND_INFO if item[1] == newest else TABLE_ACTION_COLUMNS
+        return read_action_lines(io, item[2], kinds)
+
+    newest_info: Mapping[str, Any] | None = None
+    for (start, end, _), found in zip(
+        commits, prefetch(io.executor(), lines, commits, io.window), strict=True
+    ):
+        if end == newest:
+            newest_info = next((line["commitInfo"] for line in found if line.get("commitInfo")), None)
+        state.add_commit(
+            [line for line in found if line.get("commitInfo") is None], later_lines_win=start == end
+        )
+    if segment.checkpoint is not None:
+        try:
+            state.add_checkpoint_actions(
+                read_checkpoint_actions(io, segment.checkpoint_files, TABLE_ACTION_COLUMNS)
+            )
+        except CorruptLogError as exc:
+            exc.table = io.table_path
+            return _load_description(io, _older_segment(io, segment, exc))
     config = _table_configuration(io, segment, state)
-    return Snapshot(io, segment, config, state, newest)
+    executor = io.executor()
+    return Snapshot(
+        io, segment, config, state, newest_info, replay_files=lambda: _replay(io, segment, executor)[0]
+    )
+
+
+_TABLE_KINDS_AND_INFO = (*TABLE_ACTION_COLUMNS, "commitInfo")
 
 
 def _read_batch_size(io: TableIO, statuses: list[FileStatus]) -> int:
@@ -238,9 +296,9 @@ def _without_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
     return {key: item for key, item in value.items() if item is not None}
 
 
-def _fall_back(
-    io: TableIO, segment: LogSegment, executor: Executor | None, error: CorruptLogError
-) -> Snapshot:
+def _older_segment(io: TableIO, segment: LogSegment, error: CorruptLogError) -> LogSegment:
+    """The segment to replay instead of ``segment``, whose checkpoint is unreadable: the newest
+    older complete checkpoint, or the commits from version 0. Raises ``error`` if there is none."""
     assert segment.checkpoint is not None
     try:
         older = build_log_segment(io, version_to_load=segment.version, before_checkpoint=segment.checkpoint)
@@ -253,4 +311,4 @@ def _fall_back(
         error,
         f"checkpoint {older.checkpoint.version}" if older.checkpoint else "version 0",
     )
-    return _load(io, older, executor)
+    return older

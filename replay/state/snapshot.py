@@ -1,7 +1,9 @@
 """``Snapshot``: the state of a table at one version.
 
 A snapshot is a log segment (the files it was replayed from), a table configuration (protocol,
-metadata and the rules that follow from them) and the replayed state. It holds the
+metadata and the rules that follow from them) and the replayed state: app transactions and
+domain metadata always, the files either at load time or, for a snapshot loaded to commit from,
+the first time they are used. It holds the
 :class:`~replay.log.table_io.TableIO` it was loaded with, to read its data and commit times,
 and no reference to a table object. Active files stay as Arrow tables; :meth:`files_table`,
 :meth:`file_uris` and :meth:`files` build the views on demand.
@@ -10,7 +12,7 @@ and no reference to a table object. Active files stay as Arrow tables; :meth:`fi
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -61,12 +63,15 @@ class Snapshot:
         config: TableConfiguration,
         state: ReverseLogReplay,
         newest_commit_info: Mapping[str, Any] | None = None,
+        *,
+        replay_files: Callable[[], ReverseLogReplay] | None = None,
     ) -> None:
         self.io = io
         self.log_segment = segment
         self.version = segment.version
         self.config = config
         self._state = state
+        self._replay_files = replay_files
         self._newest_commit_info = newest_commit_info
         now = int(time.time() * 1000)
         self.min_file_retention_timestamp = config.min_file_retention_timestamp(now)
@@ -144,9 +149,21 @@ class Snapshot:
         )
 
     # -- files ---------------------------------------------------------------------------------------
+    @cached_property
+    def _files(self) -> ReverseLogReplay:
+        """The replayed file state: the load's own replay, or one made now (``files=False`` loads)."""
+        if self._replay_files is None:
+            return self._state
+        return self._replay_files()
+
+    @property
+    def files_replayed(self) -> bool:
+        """Whether the file state is in memory (always after a full load, after first use otherwise)."""
+        return self._replay_files is None or "_files" in self.__dict__
+
     @property
     def _add_tables(self) -> list[pa.Table]:
-        return [*self._state.commit_add_tables, *self._state.checkpoint_adds]
+        return [*self._files.commit_add_tables, *self._files.checkpoint_adds]
 
     @cached_property
     def num_files(self) -> int:
@@ -211,8 +228,8 @@ class Snapshot:
         """Removes still within ``delta.deletedFileRetentionDuration`` (``data_change`` False)."""
         threshold = self.min_file_retention_timestamp
         out: list[RemoveFile] = []
-        rows: list[dict[str, Any]] = list(self._state.commit_remove_dicts)
-        for table in [*self._state.commit_remove_tables, *self._state.checkpoint_removes]:
+        rows: list[dict[str, Any]] = list(self._files.commit_remove_dicts)
+        for table in [*self._files.commit_remove_tables, *self._files.checkpoint_removes]:
             rows += arrow_rows(table)
         for row in rows:
             if (row.get("deletionTimestamp") or 0) > threshold:
@@ -221,8 +238,8 @@ class Snapshot:
 
     def tombstones_table(self) -> pa.Table:
         """:meth:`tombstones` as Arrow (:data:`TOMBSTONES_SCHEMA`)."""
-        parts = [camel_dicts_to_snake(self._state.commit_remove_dicts, TOMBSTONES_SCHEMA)]
-        tables = [*self._state.commit_remove_tables, *self._state.checkpoint_removes]
+        parts = [camel_dicts_to_snake(self._files.commit_remove_dicts, TOMBSTONES_SCHEMA)]
+        tables = [*self._files.commit_remove_tables, *self._files.checkpoint_removes]
         parts += [camel_table_to_snake(table, TOMBSTONES_SCHEMA) for table in tables]
         table = pa.concat_tables(parts)
         table = table.set_column(

@@ -3,9 +3,9 @@
 Appends and overwrites (whole table, ``replace_where`` partitions or dynamic partition overwrite),
 schema evolution, idempotent writes and removal of whole files, with the same rules as the Spark
 writer (:mod:`replay.txn.write_plan`). Data files are written by :mod:`replay.txn.data_writer`,
-the commit is made by :func:`replay.txn.committer.commit` and followed by the post-commit hooks
-(automatic checkpoints, log cleanup), so writes are safe with concurrent writers on every store
-that gives mutual exclusion.
+the commit is a :class:`~replay.txn.transaction.Transaction` (Delta's conflict rules, then the
+post-commit hooks: automatic checkpoints, log cleanup), so writes are safe with concurrent
+writers on every store that gives mutual exclusion.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from replay.protocol.actions import AddFile
 from replay.protocol.errors import ConcurrentModificationError, TableAlreadyExistsError, TableNotFoundError
 from replay.protocol.paths import normalize_path_key, resolve_path
 from replay.protocol.schema import StructType
-from replay.txn.committer import commit
-from replay.txn.data_writer import delete_data_files, write_batches
-from replay.txn.post_commit import run_post_commit_hooks
+from replay.txn.data_writer import write_batches
+from replay.txn.transaction import Transaction
 from replay.txn.write_plan import (
     InvalidWriteOptionError,
     WriteOptions,
@@ -216,14 +215,10 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
         return commit_write(io, plan, [], snapshot=snapshot)
     written = write_batches(plan.spec, batches)
     try:
-        return commit_write(io, plan, written, snapshot=snapshot)
+        return commit_write(io, plan, written, snapshot=snapshot)  # deletes the files if nothing committed
     except ConcurrentModificationError as exc:
-        delete_data_files(io.table_path, [w.add.path for w in written], io.conf)
         if mode == "ignore" and exc.winning_version == 0:
             return None  # a concurrent writer created the table: nothing to write
-        raise
-    except BaseException:
-        delete_data_files(io.table_path, [w.add.path for w in written], io.conf)
         raise
 
 
@@ -256,9 +251,9 @@ def delete_files(table_uri: str, paths: Iterable[str], conf: ConfLike | None = N
         raise ValueError(f"Not active files of table {table_uri} at version {snapshot.version}: {unknown}")
     now = int(time.time() * 1000)
     chosen = {id(add): add for add in (by_key.get(p) or by_key[normalize_path_key(p)] for p in wanted)}
-    removes = [remove_action(add, now) for add in chosen.values()]
-    metrics = {"numRemovedFiles": len(removes)}
-    parameters = {"predicate": [f"path = '{remove.path}'" for remove in removes]}
-    version = commit(io, removes, "DELETE", parameters, read_snapshot=snapshot, operation_metrics=metrics)
-    run_post_commit_hooks(io, version, snapshot.config)
-    return version
+    txn = Transaction(io, snapshot, operation="DELETE")
+    txn.read_files(chosen.values())
+    txn.add_actions(remove_action(add, now) for add in chosen.values())
+    txn.operation_parameters = {"predicate": [f"path = '{add.path}'" for add in chosen.values()]}
+    txn.operation_metrics = {"numRemovedFiles": len(chosen)}
+    return txn.commit()

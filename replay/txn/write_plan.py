@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,8 +36,9 @@ import pyarrow as pa
 
 from replay.data.partition_values import parse_partition_value
 from replay.log.table_io import TableIO
-from replay.protocol.actions import Action, AddFile, Metadata, Protocol, RemoveFile, SetTransaction
+from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile
 from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
+from replay.protocol.predicates import And, Compare, IsNull, Or, Predicate, to_expression
 from replay.protocol.schema import PrimitiveType, StructType
 from replay.protocol.sql_predicate import SqlPredicate, parse_predicate
 from replay.protocol.table_config import TableConfiguration
@@ -51,9 +52,7 @@ from replay.protocol.table_properties import (
 )
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
-from replay.txn.committer import commit
-from replay.txn.data_writer import FileWriteSpec, WrittenFile
-from replay.txn.post_commit import run_post_commit_hooks
+from replay.txn.data_writer import FileWriteSpec, WrittenFile, delete_data_files
 from replay.txn.schema_merge import (
     SchemaMismatchError,
     as_nullable,
@@ -62,6 +61,7 @@ from replay.txn.schema_merge import (
     scala_type_name,
     schema_mismatch_error,
 )
+from replay.txn.transaction import CommitOutcome, Transaction
 
 logger = logging.getLogger(__name__)
 
@@ -251,9 +251,12 @@ def _check_partitioning(partition_columns: list[str], schema: StructType, table:
 
 # -- the plan -----------------------------------------------------------------------------------
 def latest_snapshot(io: TableIO) -> Snapshot | None:
-    """The table's latest snapshot, or ``None`` when there is no table yet (a write creates it)."""
+    """The table's latest snapshot, or ``None`` when there is no table yet (a write creates it).
+
+    Only the table's description is replayed (protocol, metadata, app transactions, domains); the
+    files when first used (an overwrite): an append to a big table never replays its files."""
     try:
-        return load_snapshot(io)
+        return load_snapshot(io, files=False)
     except TableNotFoundError:
         return None
 
@@ -274,6 +277,8 @@ class WritePlan:
     spec: FileWriteSpec
     committed_txn_version: int | None = None
     """The version the write's application id had committed when the write read the table."""
+    txn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    """The ``txnId`` its commit carries: whoever holds the plan can tell whether it committed."""
 
     @property
     def partition_columns(self) -> list[str]:
@@ -445,85 +450,87 @@ def remove_action(add: AddFile, deletion_timestamp: int) -> RemoveFile:
     )
 
 
+def partition_values_predicate(
+    partitions: Iterable[Mapping[str, str | None]], metadata: Metadata
+) -> Predicate:
+    """The rows of the given partitions (serialised partition values) as a predicate over the
+    partition columns: what a dynamic partition overwrite read."""
+    columns = list(metadata.partition_columns)
+    types = {name: metadata.schema.field(name).type for name in columns}
+    disjuncts: dict[tuple[Any, ...], Predicate] = {}
+    for values in partitions:
+        lowered = {str(k).lower(): v for k, v in values.items()}
+        typed = tuple(parse_partition_value(lowered.get(c.lower()), types[c]) for c in columns)
+        disjuncts[typed] = And(
+            tuple(
+                IsNull((column,)) if value is None else Compare((column,), "=", value)
+                for column, value in zip(columns, typed, strict=True)
+            )
+        )
+    return Or(tuple(disjuncts.values()))
+
+
+def _overwrite_reads(plan: WritePlan, written: Sequence[WrittenFile]) -> Predicate | None:
+    """What a partial overwrite read and replaces (``None``: the whole table)."""
+    if plan.dynamic_overwrite:
+        return partition_values_predicate((w.add.partition_values for w in written), plan.metadata)
+    predicate = _replace_where(plan.options, plan.metadata, plan.table_path)
+    return predicate.tree if predicate is not None else None
+
+
+def stage_write(txn: Transaction, plan: WritePlan, written: Sequence[WrittenFile]) -> None:
+    """Put the write's actions and reads into ``txn``: protocol, metadata, app transaction, the
+    adds, and for an overwrite the removes of what it replaces (the whole table, or the files
+    of the partitions ``replaceWhere`` or the written data selects), read as such."""
+    if plan.commit_protocol:
+        txn.add_actions([plan.protocol])
+    if plan.commit_metadata:
+        txn.add_actions([plan.metadata])
+    options = plan.options
+    if options.txn_app_id is not None and options.txn_version is not None:
+        txn.app_transaction_version(options.txn_app_id)
+        txn.set_app_transaction(options.txn_app_id, options.txn_version)
+    txn.add_actions(w.add for w in written)
+    snapshot = txn.read_snapshot
+    if not options.overwrite or snapshot is None:
+        return
+    now = int(time.time() * 1000)
+    predicate = None if plan.full_overwrite else _overwrite_reads(plan, written)
+    if predicate is None:
+        txn.read_whole_table()
+        replaced = snapshot.files()
+    else:
+        txn.read_predicate(predicate)
+        selected = _partitions_matching(predicate, snapshot.metadata)
+        replaced = [add for add in snapshot.files() if selected(add.partition_values)]
+    txn.read_files(replaced)
+    txn.add_actions(remove_action(add, now) for add in replaced)
+
+
 PartitionKey = tuple[Any, ...]
 
 
-def _partition_key_of(metadata: Metadata) -> Callable[[Mapping[str, str | None]], PartitionKey]:
-    """Typed partition values (so ``1`` and ``01``, or two spellings of a timestamp, agree)."""
+def _partitions_matching(
+    predicate: Predicate, metadata: Metadata
+) -> Callable[[Mapping[str, str | None]], bool]:
+    """Whether a file's partition values satisfy ``predicate`` (a predicate on partition columns),
+    decided exactly on the typed values, once per partition."""
     columns = list(metadata.partition_columns)
     types = {name: metadata.schema.field(name).type for name in columns}
-
-    def key(values: Mapping[str, str | None]) -> PartitionKey:
-        lowered = {str(k).lower(): v for k, v in values.items()}
-        return tuple(parse_partition_value(lowered.get(c.lower()), types[c]) for c in columns)
-
-    return key
-
-
-def _partitions_matching(
-    predicate: SqlPredicate, metadata: Metadata
-) -> Callable[[Mapping[str, str | None]], bool]:
-    """Whether a file's partition values satisfy ``predicate`` (evaluated once per partition)."""
-    key_of = _partition_key_of(metadata)
-    columns = list(metadata.partition_columns)
     arrow_types = {name: metadata.schema.field(name).to_arrow().type for name in columns}
+    schema = pa.schema([(name, arrow_types[name]) for name in columns])
+    expression = to_expression(predicate, schema)
     verdicts: dict[PartitionKey, bool] = {}
 
     def matches(values: Mapping[str, str | None]) -> bool:
-        key = key_of(values)
+        lowered = {str(k).lower(): v for k, v in values.items()}
+        key = tuple(parse_partition_value(lowered.get(c.lower()), types[c]) for c in columns)
         if key not in verdicts:
             row = pa.table({c: pa.array([v], arrow_types[c]) for c, v in zip(columns, key, strict=True)})
-            verdicts[key] = predicate.matching(row).num_rows == 1
+            verdicts[key] = row.filter(expression).num_rows == 1
         return verdicts[key]
 
     return matches
-
-
-def _overwritten_partitions(
-    plan: WritePlan, written: Sequence[WrittenFile]
-) -> Callable[[Mapping[str, str | None]], bool]:
-    """Whether a file's partition is one that a partial overwrite replaces."""
-    if plan.dynamic_overwrite:
-        key_of = _partition_key_of(plan.metadata)
-        touched = {key_of(w.add.partition_values) for w in written}
-        return lambda values: key_of(values) in touched
-    predicate = _replace_where(plan.options, plan.metadata, plan.table_path)
-    assert predicate is not None
-    return _partitions_matching(predicate, plan.metadata)
-
-
-def _removals(
-    plan: WritePlan, snapshot: Snapshot, written: Sequence[WrittenFile]
-) -> tuple[list[RemoveFile], Callable[[Mapping[str, str | None]], bool] | None]:
-    """The files an overwrite removes, and the partitions it read (``None``: whole table or none)."""
-    if not plan.options.overwrite or plan.read_version < 0:
-        return [], None
-    now = int(time.time() * 1000)
-    if plan.full_overwrite:
-        return [remove_action(add, now) for add in snapshot.files()], None
-    selected = _overwritten_partitions(plan, written)
-    return [remove_action(add, now) for add in snapshot.files() if selected(add.partition_values)], selected
-
-
-def write_actions(
-    plan: WritePlan, snapshot: Snapshot | None, written: Sequence[WrittenFile]
-) -> tuple[list[Action], list[RemoveFile], Callable[[Mapping[str, str | None]], bool] | None]:
-    """The commit's actions (protocol, metadata, txn, adds, removes), its removals and read partitions."""
-    actions: list[Action] = []
-    if plan.commit_protocol:
-        actions.append(plan.protocol)
-    if plan.commit_metadata:
-        actions.append(plan.metadata)
-    options = plan.options
-    if options.txn_app_id is not None and options.txn_version is not None:
-        actions.append(SetTransaction(options.txn_app_id, options.txn_version, int(time.time() * 1000)))
-    actions += [w.add for w in written]
-    removes: list[RemoveFile] = []
-    reads_partitions = None
-    if snapshot is not None:
-        removes, reads_partitions = _removals(plan, snapshot, written)
-    actions += removes
-    return actions, removes, reads_partitions
 
 
 def _parameters(plan: WritePlan) -> dict[str, Any]:
@@ -548,12 +555,15 @@ def commit_write(
     operation: str = "WRITE",
     operation_parameters: Mapping[str, Any] | None = None,
 ) -> int | None:
-    """Commit the files of ``plan``'s write as one version and run the post-commit hooks.
+    """Commit the files of ``plan``'s write as one version (then the post-commit hooks run).
 
-    ``snapshot`` is the table at ``plan.read_version`` if the caller has it (it is loaded when an
-    overwrite needs it). Returns the committed version, or ``None`` for an idempotent write that
-    was already committed (nothing is committed; the caller deletes ``written``). Raises
-    :class:`~replay.protocol.errors.ConcurrentModificationError` when a concurrent commit conflicts.
+    The commit is made from the version the plan read (``snapshot`` if the caller has it), so a
+    concurrent change the plan did not see is checked by Delta's conflict rules. Returns the
+    committed version, or ``None`` for an idempotent write that was already committed. The
+    written files are deleted when, and only when, it is certain that nothing was committed
+    (:attr:`~replay.txn.transaction.Transaction.outcome`): an already committed idempotent write,
+    a refused or conflicting commit. Raises Delta's conflict exceptions
+    (:class:`~replay.protocol.errors.ConcurrentModificationError`).
     """
     if plan.already_committed:
         logger.info(
@@ -563,29 +573,32 @@ def commit_write(
             plan.options.txn_app_id,
             plan.table_path,
         )
+        delete_data_files(plan.table_path, [w.add.path for w in written], plan.spec.conf)
         return None
-    if snapshot is None and plan.options.overwrite and plan.read_version >= 0:
-        snapshot = load_snapshot(io, version=plan.read_version)
-    actions, removes, reads_partitions = write_actions(plan, snapshot, written)
-    metrics: dict[str, Any] = {
-        "numFiles": len(written),
-        "numOutputRows": sum(w.num_rows for w in written),
-        "numOutputBytes": sum(w.add.size for w in written),
-    }
-    if removes:
-        metrics["numRemovedFiles"] = len(removes)
-        metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
-    version = commit(
-        io,
-        actions,
-        operation,
-        operation_parameters if operation_parameters is not None else _parameters(plan),
-        read_version=plan.read_version,
-        read_snapshot=snapshot,
-        reads_whole_table=plan.full_overwrite,
-        operation_metrics=metrics,
-        reads_partitions=reads_partitions,
-        user_metadata=plan.options.user_metadata,
-    )
-    run_post_commit_hooks(io, version, plan.config)
-    return version
+    txn = Transaction(io, None, operation=operation, txn_id=plan.txn_id)
+    try:
+        if plan.read_version >= 0:
+            txn.read_snapshot = (
+                snapshot
+                if snapshot is not None and snapshot.version == plan.read_version
+                else load_snapshot(io, version=plan.read_version, files=False)
+            )
+        stage_write(txn, plan, written)
+        txn.operation_parameters = dict(
+            operation_parameters if operation_parameters is not None else _parameters(plan)
+        )
+        removes = [a for a in txn.actions if isinstance(a, RemoveFile)]
+        txn.operation_metrics = {
+            "numFiles": len(written),
+            "numOutputRows": sum(w.num_rows for w in written),
+            "numOutputBytes": sum(w.add.size for w in written),
+        }
+        if removes:
+            txn.operation_metrics["numRemovedFiles"] = len(removes)
+            txn.operation_metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
+        txn.user_metadata = plan.options.user_metadata
+        return txn.commit()
+    except BaseException:
+        if txn.outcome is CommitOutcome.NOT_COMMITTED:
+            delete_data_files(plan.table_path, [w.add.path for w in written], plan.spec.conf)
+        raise
