@@ -338,6 +338,7 @@ def plan_write(
         partition_columns=tuple(metadata.partition_columns),
         conf=dict(io.conf),
         num_indexed_cols=config.num_indexed_cols,
+        string_prefix_length=config.string_prefix_length,
         max_records_per_file=options.max_records_per_file
         if options.max_records_per_file and options.max_records_per_file > 0
         else None,
