@@ -11,7 +11,6 @@ import pytest
 
 from tests.paths import GOLDEN_ROOT, REPO_ROOT
 
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # see environment notes
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")  # never probe cloud metadata services
 os.environ.setdefault("NO_GCE_CHECK", "True")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

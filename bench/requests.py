@@ -37,7 +37,6 @@ RESULTS_DIR = REPO_ROOT / "bench" / "results"
 # Run as a script, this file's directory comes first on sys.path: look packages up from the root.
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(REPO_ROOT))
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 from logstores.testing.servers import (  # noqa: E402

@@ -22,7 +22,7 @@ from logstores.base import DEFAULT_TEMP_FILE_AGE_S, FileStatus, LineIterator, Lo
 from logstores.errors import LogStoreConfError, LogStoreError
 from logstores.log_files import is_temp_file_name, temp_file_name
 from logstores.options import fsspec_protocol, storage_options
-from logstores.redaction import redact
+from logstores.redaction import redact, refuse_userinfo_secret
 from logstores.timeouts import RequestBounds, fsspec_timeout_options, request_bounds
 
 logger = logging.getLogger(__name__)
@@ -212,7 +212,11 @@ class FileSystemLogStore(LogStore):
         return fsspec.filesystem(fsspec_protocol(scheme), **options)
 
     def locate(self, path: str) -> Location:
-        """``path`` resolved to its filesystem and that filesystem's path form."""
+        """``path`` resolved to its filesystem and that filesystem's path form.
+
+        Raises :class:`LogStoreConfError` for a path carrying credentials in its userinfo.
+        """
+        refuse_userinfo_secret(path)
         scheme = uri_scheme(path)
         fs = self.filesystem(path)
         return Location(fs, _strip(fs, path, scheme), scheme)

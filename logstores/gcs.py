@@ -21,17 +21,32 @@ server, a lost packet on a dead connection) therefore blocks its caller, and wit
 ``sync``, forever. This store gives every request aiohttp connect and read timeouts from the
 store's :class:`~logstores.timeouts.RequestBounds`, and retries with those bounds
 (:class:`BoundedGCSFileSystem`) instead of gcsfs's fixed six tries over about 30 s of backoff.
+
+**gcsfs's JSON-API filesystem, always.** ``gcsfs.GCSFileSystem`` is chosen once, when gcsfs is
+first imported: unless ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is ``false`` at that moment, it is
+gcsfs's experimental extended class, which asks the Storage Control API over gRPC for each
+bucket's layout (zonal, hierarchical) before using it; against an emulator that call waits about
+a minute for its timeout. The store builds on ``gcsfs.core.GCSFileSystem``, the JSON-API class,
+whatever the variable says and whoever imported gcsfs first, and leaves the process environment
+alone. Everything the store does (conditional uploads, ``startOffset`` listings) is JSON API, as
+before this choice was made per store: hierarchical-namespace buckets are served like any
+other bucket, and gcsfs's gRPC paths for zonal (Rapid storage) buckets are never taken.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, NoReturn
 
+import aiohttp
+import requests
 from fsspec import AbstractFileSystem
+from fsspec.asyn import sync
+from gcsfs.checkers import get_consistency_checker
+from gcsfs.core import GCSFileSystem, initiate_upload, upload_chunk
+from gcsfs.retry import HttpError, is_retriable
 
 from logstores.errors import BucketNotFoundError
 from logstores.filesystem import Location
@@ -43,17 +58,6 @@ from logstores.object_store import (
     put_if_absent_verified,
 )
 from logstores.timeouts import RequestBounds
-
-# gcsfs otherwise probes every bucket over gRPC for its type (a minute against emulators).
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-
-import aiohttp
-import requests
-from fsspec.asyn import sync
-from gcsfs import GCSFileSystem
-from gcsfs.checkers import get_consistency_checker
-from gcsfs.core import initiate_upload, upload_chunk
-from gcsfs.retry import HttpError, is_retriable
 
 LIST_PAGE_SIZE = 1000
 RESUMABLE_CHUNK_BYTES = 50 * 2**20

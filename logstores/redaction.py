@@ -5,7 +5,8 @@ One module, used by every store and by the command line:
 * :func:`redact` copies a configuration or options mapping with every credential replaced by
   ``***``, recursively: nested mappings and lists, JSON objects held in string values
   (``client_kwargs={"aws_secret_access_key": ...}``), and URLs carrying userinfo or signatures;
-* :func:`redact_url` strips the userinfo (``user:password@``) and signature query values of a URL;
+* :func:`redact_url` is the URI as shown: without the userinfo password (``user:password@``, also
+  one holding ``/``, ``@`` or ``+``) and with signature query values replaced;
 * :func:`secret_values` collects the credential strings a configuration holds, so that
   :func:`scrub` (and :class:`SecretFilter`, a :class:`logging.Filter`) can remove them from any
   text, such as a third-party SDK's message or a traceback.
@@ -25,14 +26,21 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from logstores.errors import LogStoreConfError
+
 REDACTED = "***"
 SECRET_MARKERS = ("secret", "password", "token", "key", "credential", "sas", "connection_string")
 _NOT_SECRET_SUFFIXES = ("_impl", "logstore_class", "keyfile_path")
 _SIGNATURE_PARAMS = frozenset({"sig", "signature", "x-amz-signature", "x-goog-signature"})
 _MIN_SECRET_LENGTH = 4
 
-_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/\s@?#]*:[^/\s@?#]*)@")
-"""``scheme://user:password@`` (userinfo with a password) anywhere in a text."""
+_USERINFO = re.compile(
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s@?#:'\"]*):(?P<password>[^\s'\"]*)@"
+)
+"""``scheme://user:password@`` (userinfo with a password) anywhere in a text. The password runs to
+the last ``@`` before a blank or a quote: a raw ``/``, ``@`` or ``?`` in it (AWS secrets hold ``/``
+and ``+``) would end a URL parser's authority early and leave the rest of the secret in the path."""
+_PORT_AND_PATH = re.compile(r"\d+/")
 _HTTP_USERINFO = re.compile(r"(?P<scheme>\bhttps?://)(?P<userinfo>[^/\s@?#:]+)@")
 """``http(s)://token@`` (a bare user part, often a token) in a text."""
 _QUERY_SECRET = re.compile(
@@ -53,27 +61,66 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``url`` without userinfo and with signature or token query values replaced by ``***``.
+    """The URL or URI as shown: no userinfo password, signature or token query values ``***``.
 
-    Only ``user:password@`` is removed from storage URIs (``abfss://container@account...`` keeps
-    its container); ``http(s)`` endpoints lose any userinfo.
+    The one function that turns a URI into what errors, log records, ``repr`` and the command line
+    show. ``user:password@`` is removed from any URI (``s3a://KEY:SECRET@bucket/t`` ->
+    ``s3a://bucket/t``), also when the password holds a raw ``/``, ``@`` or ``+``; a user part
+    without a password is kept (``abfss://container@account...`` keeps its container), except in
+    ``http(s)`` URLs, where a bare user part is often a token.
     """
+    url = _strip_userinfo(url)
     try:
         parts = urlsplit(url)
     except ValueError:
         return scrub(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        if ":" in userinfo or parts.scheme.lower() in ("http", "https"):
-            netloc = host
     query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode(
-            [(name, REDACTED if _is_secret_param(name) else value) for name, value in pairs], safe="*"
+    if not query:
+        return url
+    pairs = parse_qsl(query, keep_blank_values=True)
+    query = urlencode(
+        [(name, REDACTED if _is_secret_param(name) else value) for name, value in pairs], safe="*"
+    )
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def has_userinfo_secret(uri: str) -> bool:
+    """Whether ``uri`` carries a credential in its userinfo (what :func:`redact_url` removes)."""
+    return "@" in uri and _strip_userinfo(uri) != uri
+
+
+def refuse_userinfo_secret(uri: str) -> None:
+    """Raise :class:`~logstores.errors.LogStoreConfError` naming ``redact_url(uri)`` if the URI
+    carries a credential in its userinfo.
+
+    No store takes credentials from a URI (each filesystem gets them from the configuration), so
+    such a URI would only reach the storage SDK as part of a bucket or path name, and its error
+    would show the secret. Hadoop's S3A connector refuses these URIs for the same reason.
+    """
+    if has_userinfo_secret(uri):
+        raise LogStoreConfError(
+            f"{redact_url(uri)}: the URI carries login details (user:password@ before the host), "
+            "which are not supported: give credentials in the configuration instead "
+            "(fs.s3a.access.key and fs.s3a.secret.key, fs.azure.account.key.<account>..., "
+            "fs.gs.auth.service.account.json.keyfile, or spark.delta.logStore.<scheme>.options.*)"
         )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _strip_userinfo(text: str) -> str:
+    text = _USERINFO.sub(_without_password, text)
+    return _HTTP_USERINFO.sub(r"\g<scheme>", text)
+
+
+def _without_password(match: re.Match[str]) -> str:
+    if _is_host_and_port(match.group("user"), match.group("password")):
+        return match.group(0)
+    return match.group("scheme")
+
+
+def _is_host_and_port(user: str, password: str) -> bool:
+    """``host.example:9000/path@x``: a host, a port and an ``@`` in the path, not a password."""
+    host = user.lower()
+    return ("." in host or host == "localhost") and _PORT_AND_PATH.match(password) is not None
 
 
 def _is_secret_param(name: str) -> bool:
@@ -112,8 +159,7 @@ def _redact_string(value: str) -> str:
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with URL userinfo, signature query values, connection-string keys and ``secrets`` removed."""
-    text = _USERINFO.sub(r"\g<scheme>", text)
-    text = _HTTP_USERINFO.sub(r"\g<scheme>", text)
+    text = _strip_userinfo(text)
     text = _QUERY_SECRET.sub(rf"\g<name>{REDACTED}", text)
     text = _CONNECTION_STRING_SECRET.sub(rf"\g<name>{REDACTED}", text)
     for secret in sorted(set(secrets), key=len, reverse=True):
@@ -149,7 +195,8 @@ def _collect(key: str, value: Any, found: set[str]) -> None:
         with contextlib.suppress(ValueError):
             _collect("", json.loads(stripped), found)
     for match in _USERINFO.finditer(value):
-        found.add(match.group("userinfo").split(":", 1)[1])
+        if not _is_host_and_port(match.group("user"), match.group("password")):
+            found.add(match.group("password"))
     for match in _HTTP_USERINFO.finditer(value):
         found.add(match.group("userinfo"))
 

@@ -66,7 +66,7 @@ class DeltaLog:
         return self.io.read_threads
 
     def __repr__(self) -> str:
-        return f"DeltaLog({self.table_path!r})"
+        return f"DeltaLog({self.io.shown_path!r})"
 
     # -- versions ------------------------------------------------------------------------------------
     def table_exists(self) -> bool:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -45,6 +49,7 @@ from tests.cloud_servers import (
     s3_settings,
     unique_name,
 )
+from tests.paths import REPO_ROOT
 from tests.store_cases import StoreUnderTest
 
 pytestmark = pytest.mark.cloud
@@ -397,6 +402,40 @@ def test_gcs_missing_bucket(gcs_server: GCSServer) -> None:
         store.write(f"gs://no-such-bucket/t/_delta_log/{commit_name(0)}", ["x"])
     with pytest.raises(FileNotFoundError, match="GCS bucket 'no-such-bucket' does not exist"):
         list(store.list_from(f"gs://no-such-bucket/t/_delta_log/{commit_name(0)}"))
+
+
+GCSFS_FIRST = """
+import json, os, sys, time
+import gcsfs  # first, with GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT unset: gcsfs picks its extended class
+before = dict(os.environ)
+from logstores.gcs import GCSLogStore
+changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))
+store = GCSLogStore(json.loads(sys.argv[1]))
+first = sys.argv[2] + "/_delta_log/" + "0" * 20 + ".json"
+started = time.monotonic()
+store.write(first, ["x"])
+names = [status.path.rsplit("/", 1)[-1] for status in store.list_from(first)]
+base = type(store.filesystem(first)).__mro__[1]
+print(json.dumps({"changed": changed, "names": names, "seconds": time.monotonic() - started,
+                  "base": f"{base.__module__}.{base.__name__}"}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_gcs_store_needs_no_process_wide_setting(gcs_server: GCSServer) -> None:
+    """gcsfs imported first, without GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT: the store still lists in
+    seconds on the emulator (no bucket-type probe), and importing the store changes no variable."""
+    env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    uri = f"gs://{gcs_server.create_bucket()}/t"
+    argv = [sys.executable, "-c", GCSFS_FIRST, json.dumps(gcs_server.conf()), uri]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=45, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["changed"] == []
+    assert report["names"] == ["0" * 20 + ".json"]
+    assert report["seconds"] < 15
+    assert report["base"] == "gcsfs.core.GCSFileSystem"
 
 
 def test_azure_missing_container(azurite_server: Azurite) -> None:

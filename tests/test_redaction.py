@@ -11,9 +11,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from logstores import LogStore, create_log_store, explain_log_store
+from logstores import LogStore, LogStoreConfError, create_log_store, explain_log_store
 from logstores.redaction import (
     REDACTED,
     SecretFilter,
@@ -23,6 +24,7 @@ from logstores.redaction import (
     scrub,
     secret_values,
 )
+from replay import DeltaLog, write_table
 from replay.cli import main
 from tests.cloud_servers import AZURITE_ACCOUNT, Azurite, GCSServer, MotoServer, unique_name
 from tests.paths import REPO_ROOT
@@ -108,6 +110,87 @@ def test_the_secret_filter_scrubs_messages_arguments_and_tracebacks() -> None:
     SecretFilter({"tok-123456"}).filter(record)
     assert record.getMessage() == "header ***"
     assert "tok-123456" not in (record.exc_text or "") and "pw@" not in (record.exc_text or "")
+
+
+# -- credentials in URI userinfo -------------------------------------------------------------------------
+USERINFO_SECRETS = [
+    "SeKrA1/SeKrB2",  # a raw "/" ends a URL parser's authority early
+    "SeKrA1+SeKrB2/SeKrC3",  # AWS secrets hold "+" and "/"
+    "SeKrA1@SeKrB2",  # a raw "@": the host starts after the last one
+    "SeKrA1%2FSeKrB2",  # an encoded "/"
+    "12/SeKrA1@SeKrB2",  # digits and "/" look like a port and a path
+]
+"""Every piece of every secret holds ``SeKr``: a text holding ``SeKr`` leaked some of one."""
+
+
+def userinfo_uris(secret: str) -> list[str]:
+    return [
+        f"s3a://AKIDEXAMPLE:{secret}@bucket/warehouse/t",
+        f"memory://user:{secret}@bucket/t",
+        f"gs://u:{secret}@bucket/t?sig=SeKrSig",
+    ]
+
+
+@pytest.mark.parametrize("secret", USERINFO_SECRETS)
+def test_the_uri_as_shown_has_no_userinfo_secret(secret: str) -> None:
+    s3, memory, gcs = userinfo_uris(secret)
+    assert (redact_url(s3), redact_url(memory), redact_url(gcs)) == (
+        "s3a://bucket/warehouse/t",
+        "memory://bucket/t",
+        "gs://bucket/t?sig=***",
+    )
+    text = f"DeltaLog('{s3}') failed: no commit files in {memory}/_delta_log, see \"{gcs}\""
+    assert "SeKr" not in scrub(text)
+    assert "s3a://bucket/warehouse/t" in scrub(text)
+    assert secret_values({"path": s3}) == {secret}
+    for kept in ("abfss://c@acct.dfs.core.windows.net/t", "http://host.example:9000/b/a@b", "hdfs://nn/p"):
+        assert redact_url(kept) == kept
+
+
+@pytest.mark.parametrize("secret", USERINFO_SECRETS)
+def test_table_uris_with_userinfo_secrets_are_refused_unshown(
+    secret: str, caplog: pytest.LogCaptureFixture, our_logs: ListHandler
+) -> None:
+    """No table is opened at such a URI (no store takes credentials from one, and a storage SDK
+    would show them in its errors): every entry point refuses it with the URI as shown."""
+    caplog.set_level(logging.DEBUG)
+    texts: list[str] = []
+    for uri in userinfo_uris(secret):
+        attempts = [
+            lambda uri=uri: DeltaLog(uri),
+            lambda uri=uri: DeltaLog(uri).snapshot(),  # TableNotFoundError once, naming the URI
+            lambda uri=uri: DeltaLog(uri).snapshot(version=3),  # VersionNotFoundError once
+            lambda uri=uri: write_table(uri, pa.table({"a": [1]})),
+            lambda uri=uri: create_log_store({}).read(f"{uri}/_delta_log/{0:020d}.json"),
+            lambda uri=uri: list(create_log_store({}).list_from(f"{uri}/_delta_log/{0:020d}.json")),
+        ]
+        for attempt in attempts:
+            with pytest.raises(LogStoreConfError, match="carries login details") as caught:
+                attempt()
+            texts += [str(caught.value), repr(caught.value)]
+    assert all("://bucket/" in text for text in texts)
+    assert [text for text in texts if "SeKr" in text] == []
+    assert "SeKr" not in caplog.text and not any("SeKr" in line for line in our_logs.lines)
+
+
+def test_cli_output_never_shows_a_userinfo_secret(capsys: pytest.CaptureFixture[str]) -> None:
+    outputs: list[str] = []
+    for secret in USERINFO_SECRETS:
+        for uri in userinfo_uris(secret):
+            runs = [
+                (["store", uri], 0),
+                (["store", uri, "--json"], 0),
+                (["snapshot", uri], 2),
+                (["history", uri], 2),
+                (["read", uri], 2),
+                (["changes", uri, "--from", "0"], 2),
+            ]
+            for argv, expected in runs:
+                code, out, err = run_cli(capsys, *argv)
+                assert code == expected, err
+                outputs += [out, err]
+    assert [text for text in outputs if "SeKr" in text] == []
+    assert any("s3a://bucket/warehouse/t" in text for text in outputs)
 
 
 # -- planted secrets, every output searched --------------------------------------------------------------

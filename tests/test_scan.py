@@ -199,6 +199,21 @@ def test_sub_millisecond_timestamps_and_truncated_strings(tmp_path: Path) -> Non
     assert snapshot.scan([("s", ">", "y")]).files().num_rows == 0
 
 
+def test_string_maxima_shorter_than_the_tables_prefix_length_are_exact(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    configuration = {"delta.dataSkippingStringPrefixLength": "64"}
+    write_table(path, pa.table({"s": pa.array([LONG], pa.string())}), configuration=configuration)
+    snapshot = DeltaLog.for_table(path).snapshot()
+    assert snapshot.scan([("s", ">", LONG)]).files().num_rows == 0  # 40 < 64: not a prefix
+    assert snapshot.scan([("s", "=", LONG)]).files().num_rows == 1
+    short = str(tmp_path / "short")
+    write_table(short, pa.table({"s": [LONG]}), configuration={"delta.dataSkippingStringPrefixLength": "8"})
+    snapshot = DeltaLog.for_table(short).snapshot()
+    assert snapshot.to_arrow(filter=[("s", "=", LONG)]).num_rows == 1
+    assert snapshot.to_arrow(filter=[("s", ">", "x" * 9)]).num_rows == 1  # the maximum is a prefix
+    assert snapshot.scan([("s", ">", "y")]).files().num_rows == 0
+
+
 def test_files_without_statistics_are_kept(tmp_path: Path) -> None:
     table = GOLDEN_ROOT / "dat" / "no_stats" / "delta"
     snapshot = DeltaLog.for_table(str(table)).snapshot()

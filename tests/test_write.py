@@ -21,6 +21,7 @@ from replay.protocol.errors import (
     UnsupportedTableFeatureError,
 )
 from replay.protocol.table_config import check_writable
+from replay.protocol.table_properties import InvalidTablePropertyError
 from replay.txn.data_writer import (
     encode_log_path,
     escape_partition_value,
@@ -100,6 +101,25 @@ def test_statistics_truncate_long_strings_and_skip_nan() -> None:
     assert stats["minValues"] == {"s": "a" * 32}
     assert stats["maxValues"] == {"s": "z" * 32 + "\U0010ffff"}
     assert stats["nullCount"] == {"s": 0, "f": 0}
+
+
+def test_the_table_property_sets_the_string_prefix_length(tmp_path: Path) -> None:
+    value = "m" * 20 + "z" * 20
+    for length, minimum, maximum in ((8, "m" * 8, "m" * 8 + "\U0010ffff"), (64, value, value)):
+        path = tmp_path / f"t{length}"
+        configuration = {"delta.dataSkippingStringPrefixLength": str(length)}
+        write_table(str(path), pa.table({"s": [value]}), configuration=configuration)
+        stats = json.loads(next(a for a in commit_lines(path, 0) if "add" in a)["add"]["stats"])
+        assert (stats["minValues"]["s"], stats["maxValues"]["s"]) == (minimum, maximum)
+        write_table(str(path), pa.table({"s": [value]}))  # later writes read it from the table
+        stats = json.loads(next(a for a in commit_lines(path, 1) if "add" in a)["add"]["stats"])
+        assert stats["maxValues"]["s"] == maximum
+    with pytest.raises(InvalidTablePropertyError, match=r"delta\.dataSkippingStringPrefixLength"):
+        write_table(
+            str(tmp_path / "bad"),
+            pa.table({"s": ["a"]}),
+            configuration={"delta.dataSkippingStringPrefixLength": "-1"},
+        )
 
 
 def test_statistics_only_for_the_first_indexed_leaf_columns() -> None:

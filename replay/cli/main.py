@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from logstores import LogStoreConfError, explain_log_store
 from logstores.conf import parse_spark_defaults
-from logstores.redaction import SecretFilter, redact, scrub, secret_values
+from logstores.redaction import SecretFilter, redact, redact_url, scrub, secret_values
 
 if TYPE_CHECKING:  # pyarrow is imported by the commands that read tables
     from pyarrow import RecordBatch, Table
@@ -76,7 +76,7 @@ def cmd_store(args: argparse.Namespace, conf: dict[str, str]) -> int:
     choice = explain_log_store(args.uri, conf)
     store = choice.store_class(conf)  # built but not connected: this command stays offline
     details = {
-        "uri": args.uri,
+        "uri": redact_url(args.uri),
         "store": choice.class_name,
         "chosen_by": choice.reason,
         "partial_writes_visible": store.is_partial_write_visible(args.uri),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from logstores import LogStore, LogStoreConfError, create_log_store
 from logstores.conf import ConfLike, to_conf_dict
 from logstores.filesystem import uri_scheme
+from logstores.redaction import redact_url, refuse_userinfo_secret
 from replay.log.concurrency import Work, default_threads, executor
 
 READ_THREADS_KEY = "delta.logstores.replay.readThreads"
@@ -62,8 +63,11 @@ class TableIO:
     ) -> TableIO:
         """The IO of ``table_uri``: ``store``, or the store ``create_log_store(conf)`` resolves.
 
-        Raises :class:`logstores.LogStoreConfError` for an invalid configuration.
+        Raises :class:`logstores.LogStoreConfError` for an invalid configuration, and for a URI
+        carrying credentials in its userinfo (``s3a://KEY:SECRET@bucket/t``), refused before
+        anything can show it.
         """
+        refuse_userinfo_secret(table_uri)
         settings = to_conf_dict(conf)
         table_path = normalize_table_uri(table_uri)
         local = uri_scheme(table_path) in LOCAL_SCHEMES
@@ -83,6 +87,11 @@ class TableIO:
         return f"{self.table_path}/_delta_log"
 
     @property
+    def shown_path(self) -> str:
+        """The table URI as errors, logs and ``repr`` show it (:func:`logstores.redaction.redact_url`)."""
+        return redact_url(self.table_path)
+
+    @property
     def is_local(self) -> bool:
         return uri_scheme(self.table_path) in LOCAL_SCHEMES
 
@@ -96,4 +105,4 @@ class TableIO:
         return executor(Work.LOG, self.read_threads)
 
     def __repr__(self) -> str:
-        return f"TableIO({self.table_path!r}, store={type(self.store).__name__})"
+        return f"TableIO({self.shown_path!r}, store={type(self.store).__name__})"

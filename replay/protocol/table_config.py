@@ -21,6 +21,7 @@ from replay.protocol.table_properties import (
     CHECKPOINT_INTERVAL,
     COLUMN_MAPPING_MODE,
     DATA_SKIPPING_NUM_INDEXED_COLS,
+    DATA_SKIPPING_STRING_PREFIX_LENGTH,
     DELETED_FILE_RETENTION,
     ENABLE_CHANGE_DATA_FEED,
     ENABLE_EXPIRED_LOG_CLEANUP,
@@ -231,6 +232,11 @@ class TableConfiguration:
     def isolation_level(self) -> IsolationLevel:
         """The isolation level of commits that change data (``delta.isolationLevel``)."""
         return ISOLATION_LEVEL.value_in(self.configuration)
+
+    @cached_property
+    def string_prefix_length(self) -> int:
+        """How many characters of string minima and maxima the file statistics keep."""
+        return DATA_SKIPPING_STRING_PREFIX_LENGTH.value_in(self.configuration)
 
     @cached_property
     def column_mapping_mode(self) -> str:

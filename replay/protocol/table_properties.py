@@ -74,6 +74,13 @@ def parse_positive_int(text: str) -> int:
     return value
 
 
+def parse_non_negative_int(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
 def parse_column_mapping_mode(text: str) -> str:
     mode = text.strip().lower()
     if mode not in ("none", "name", "id"):
@@ -131,6 +138,13 @@ SET_TRANSACTION_RETENTION: TableProperty[int | None] = TableProperty(
 )
 ENABLE_EXPIRED_LOG_CLEANUP = TableProperty("delta.enableExpiredLogCleanup", True, parse_bool)
 DATA_SKIPPING_NUM_INDEXED_COLS = TableProperty("delta.dataSkippingNumIndexedCols", 32, parse_int)
+DATA_SKIPPING_STRING_PREFIX_LENGTH = TableProperty(
+    "delta.dataSkippingStringPrefixLength", 32, parse_non_negative_int
+)
+"""How many characters of a string column's minimum and maximum the statistics keep. Delta reads
+this table property first and falls back to the session setting
+``spark.databricks.io.skipping.stringPrefixLength`` (default 32); a table that does not set it
+is written and pruned here with that default."""
 COLUMN_MAPPING_MODE = TableProperty("delta.columnMapping.mode", "none", parse_column_mapping_mode)
 ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, parse_bool)
 ISOLATION_LEVEL = TableProperty(
@@ -149,6 +163,7 @@ KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     SET_TRANSACTION_RETENTION,
     ENABLE_EXPIRED_LOG_CLEANUP,
     DATA_SKIPPING_NUM_INDEXED_COLS,
+    DATA_SKIPPING_STRING_PREFIX_LENGTH,
     COLUMN_MAPPING_MODE,
     ENABLE_DELETION_VECTORS,
     ISOLATION_LEVEL,

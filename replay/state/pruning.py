@@ -7,7 +7,8 @@ logic: ``false`` only where the bounds prove that no row can match; unknown boun
 statistics, a column past ``delta.dataSkippingNumIndexedCols``, a literal that does not fit)
 keep the file. Statistics are read as Delta writes them: timestamps with millisecond precision
 (a maximum is widened by the sub-millisecond part it may have lost) and strings truncated to a
-prefix (a long maximum bounds only the values sharing its prefix). Nothing here does I/O.
+prefix of ``delta.dataSkippingStringPrefixLength`` characters (a maximum that long or longer may be
+a truncated prefix, and bounds only the values sharing it). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ from replay.protocol.table_config import TableConfiguration
 
 logger = logging.getLogger(__name__)
 
-STRING_PREFIX_LENGTH = 32
-"""Delta truncates string statistics to this many characters: a maximum this long may be a prefix."""
 FLOAT_SLACK = 1e-6
 """Relative slack on floating-point literals (a printed literal may have been rounded)."""
 MAX_IN_VALUES = 64
@@ -283,7 +282,7 @@ def _column_bounds(
         else:
             stats_paths.append((path, fields))
     if stats_paths:
-        out.update(_statistics_bounds(files, stats_paths, mode))
+        out.update(_statistics_bounds(files, stats_paths, mode, config.string_prefix_length))
     return out
 
 
@@ -359,7 +358,10 @@ def _nested_struct(paths: Sequence[tuple[str, ...]], types: Sequence[pa.DataType
 
 
 def _statistics_bounds(
-    files: pa.Table, columns: Sequence[tuple[tuple[str, ...], list[StructField]]], mode: str
+    files: pa.Table,
+    columns: Sequence[tuple[tuple[str, ...], list[StructField]]],
+    mode: str,
+    prefix_length: int,
 ) -> dict[tuple[str, ...], Bounds | None]:
     out: dict[tuple[str, ...], Bounds | None] = {}
     usable: list[tuple[tuple[str, ...], tuple[str, ...], PrimitiveType]] = []
@@ -397,7 +399,7 @@ def _statistics_bounds(
             maximum = pc.add(maximum, pa.scalar(999, pa.duration("us")).cast(pa.duration(target.unit)))
         exact = pa.repeat(pa.scalar(True), len(maximum))
         if pa.types.is_string(target):
-            exact = pc.less(pc.utf8_length(maximum), STRING_PREFIX_LENGTH)
+            exact = pc.less(pc.utf8_length(maximum), prefix_length)
         out[path] = Bounds(target, minimum, maximum, exact, _dig(parsed, ("nullCount", *names)), records)
     return out
 

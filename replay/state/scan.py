@@ -146,7 +146,7 @@ class Scan:
 
     def __repr__(self) -> str:
         where = "" if self.predicate == TRUE else f", filter={self.predicate}"
-        return f"Scan({self.io.table_path!r}{where})"
+        return f"Scan({self.io.shown_path!r}{where})"
 
 
 def filter_description(predicate: Predicate) -> str:

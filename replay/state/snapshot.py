@@ -270,4 +270,4 @@ class Snapshot:
         return self.scan(filter, columns).to_pandas()
 
     def __repr__(self) -> str:
-        return f"Snapshot({self.table_path!r}, version={self.version})"
+        return f"Snapshot({self.io.shown_path!r}, version={self.version})"

@@ -40,7 +40,7 @@ from replay.protocol.actions import AddFile
 from replay.protocol.errors import DeltaError
 from replay.protocol.paths import resolve_path
 from replay.protocol.sql_predicate import parse_predicate
-from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, StatisticsCollector
+from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, DEFAULT_STRING_PREFIX_LENGTH, StatisticsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +127,7 @@ class FileWriteSpec:
     partition_columns: tuple[str, ...] = ()
     conf: Mapping[str, str] = field(default_factory=dict)
     num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
+    string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
     max_records_per_file: int | None = None
     replace_where: str | None = None
     not_null: tuple[str, ...] = ()
@@ -210,7 +211,7 @@ class _OpenFile:
         self.target = f"{root}/{relative}"
         self._fs = fs
         self._schema = spec.data_schema
-        self._stats = StatisticsCollector(self._schema, spec.num_indexed_cols)
+        self._stats = StatisticsCollector(self._schema, spec.num_indexed_cols, spec.string_prefix_length)
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0
         self._buffered_bytes = 0

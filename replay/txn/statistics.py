@@ -4,7 +4,8 @@ Statistics cover the first ``delta.dataSkippingNumIndexedCols`` leaf columns of 
 schema order, nested struct fields counted one by one (-1: all). Min/max are kept for types Delta
 orders (numbers, booleans, strings, dates, timestamps, decimals up to precision 15), left out for
 binary, arrays and maps, for float columns holding NaN, and for columns without a non-null value;
-strings are truncated to 32 characters (the max then gets a tie breaker so it stays an upper bound),
+strings are truncated to ``delta.dataSkippingStringPrefixLength`` characters (32 by default; the
+max then gets a tie breaker so it stays an upper bound),
 timestamps are written with millisecond precision.
 
 A :class:`StatisticsCollector` takes a file's data in chunks, computes each chunk's figures with
@@ -24,11 +25,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-STRING_PREFIX_LENGTH = 32
-"""Delta truncates string min/max statistics to this many characters."""
+from replay.protocol.table_properties import (
+    DATA_SKIPPING_NUM_INDEXED_COLS,
+    DATA_SKIPPING_STRING_PREFIX_LENGTH,
+)
+
 MAX_STRING_TIE_BREAKER = "\U0010ffff"
 """Appended to a truncated max string so it stays an upper bound."""
-DEFAULT_NUM_INDEXED_COLS = 32
+DEFAULT_NUM_INDEXED_COLS = DATA_SKIPPING_NUM_INDEXED_COLS.default
+DEFAULT_STRING_PREFIX_LENGTH = DATA_SKIPPING_STRING_PREFIX_LENGTH.default
 
 
 def _has_min_max(arrow_type: pa.DataType) -> bool:
@@ -88,14 +93,15 @@ class _Leaf:
         if high is not None and (self.high is None or high > self.high):
             self.high = high
 
-    def bounds(self) -> tuple[Any, Any]:
+    def bounds(self, prefix_length: int) -> tuple[Any, Any]:
+        """Minimum and maximum as written (strings cut to ``prefix_length`` characters)."""
         if self.has_nan or self.low is None or self.high is None:
             return None, None
         low, high = self.low, self.high
-        if isinstance(low, str) and len(low) > STRING_PREFIX_LENGTH:
-            low = low[:STRING_PREFIX_LENGTH]
-        if isinstance(high, str) and len(high) > STRING_PREFIX_LENGTH:
-            high = high[:STRING_PREFIX_LENGTH] + MAX_STRING_TIE_BREAKER
+        if isinstance(low, str) and len(low) > prefix_length:
+            low = low[:prefix_length]
+        if isinstance(high, str) and len(high) > prefix_length:
+            high = high[:prefix_length] + MAX_STRING_TIE_BREAKER
         return _stat_value(low, self.arrow_type), _stat_value(high, self.arrow_type)
 
 
@@ -135,6 +141,7 @@ class StatisticsCollector:
 
     schema: pa.Schema
     num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
+    string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
     num_records: int = 0
     _leaves: list[_Leaf] = field(init=False)
 
@@ -157,7 +164,7 @@ class StatisticsCollector:
             parent = leaf.names[:-1]
             name = leaf.names[-1]
             _nested(nulls, parent)[name] = leaf.nulls
-            low, high = leaf.bounds()
+            low, high = leaf.bounds(self.string_prefix_length)
             if low is not None and high is not None:
                 _nested(mins, parent)[name] = low
                 _nested(maxes, parent)[name] = high
@@ -175,8 +182,12 @@ def _nested(out: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def file_statistics(table: pa.Table, num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS) -> str:
+def file_statistics(
+    table: pa.Table,
+    num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS,
+    string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH,
+) -> str:
     """Delta's statistics JSON of a whole data file held as ``table``."""
-    collector = StatisticsCollector(table.schema, num_indexed_cols)
+    collector = StatisticsCollector(table.schema, num_indexed_cols, string_prefix_length)
     collector.add(table)
     return collector.to_json()

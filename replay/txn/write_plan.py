@@ -37,6 +37,7 @@ import pyarrow as pa
 from replay.data.partition_values import parse_partition_value
 from replay.log.table_io import TableIO
 from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile
+from replay.protocol.column_names import check_column_names
 from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
 from replay.protocol.predicates import And, Compare, IsNull, Or, Predicate, to_expression
 from replay.protocol.schema import PrimitiveType, StructType
@@ -316,7 +317,9 @@ def plan_write(
     """Decide a write of data with ``data_schema`` into the table (``snapshot``: its latest
     state, ``None`` for a new table). Raises :class:`SchemaMismatchError`,
     :class:`~replay.protocol.sql_predicate.PredicateError`, :class:`InvalidWriteOptionError`,
-    :class:`UnsupportedTableFeatureError` and Delta's append-only error before anything is written.
+    :class:`UnsupportedTableFeatureError`, :class:`~replay.protocol.column_names.InvalidColumnNameError`
+    (a new or changed schema naming a column Delta refuses) and Delta's append-only error before
+    anything is written.
     """
     table = io.table_path
     check_duplicate_columns(data_schema)
@@ -330,6 +333,8 @@ def plan_write(
         commit_protocol = protocol != snapshot.protocol
         read_version = snapshot.version
         committed = snapshot.set_transactions.get(options.txn_app_id) if options.txn_app_id else None
+    if commit_metadata:
+        check_column_names(metadata, io.shown_path)
     replace_where = _replace_where(options, metadata, table)
     config = TableConfiguration(protocol, metadata, table)
     config.check_commit(
@@ -343,6 +348,7 @@ def plan_write(
         partition_columns=tuple(metadata.partition_columns),
         conf=dict(io.conf),
         num_indexed_cols=config.num_indexed_cols,
+        string_prefix_length=config.string_prefix_length,
         max_records_per_file=options.max_records_per_file
         if options.max_records_per_file and options.max_records_per_file > 0
         else None,
