@@ -11,23 +11,20 @@ import numpy as np
 import pytest
 
 from replay.data.deletion_vectors import (
-    NATIVE_MAGIC,
-    PORTABLE_MAGIC,
     Z85_ALPHABET,
     CorruptDeletionVectorError,
     DeletionVectorError,
     DeletionVectorNotFoundError,
     decode_inline,
     decode_uuid,
-    deserialize_bitmap,
     dv_file_path,
     encode_uuid,
     frame_for_file,
     read_deletion_vector,
-    serialize_bitmap,
     z85_decode,
     z85_encode,
 )
+from replay.data.roaring_bitmap import NATIVE_MAGIC, PORTABLE_MAGIC, deserialize_bitmap, serialize_bitmap
 from replay.protocol.actions import DeletionVectorDescriptor
 
 DAT_DV_UUID = "8aebe228-b96c-4831-b0b6-22882eb9a3d3"
@@ -126,7 +123,8 @@ def test_roundtrip_covers_array_bitmap_containers_and_high_keys() -> None:
 def test_native_format_uses_implicit_keys() -> None:
     portable = serialize_bitmap([1, 2, 3])
     roaring32 = portable[16:]  # skip magic, count and the key of the single bitmap
-    native = struct.pack("<ii", NATIVE_MAGIC, 2) + roaring32 + roaring32
+    sized = struct.pack("<i", len(roaring32)) + roaring32  # Delta's Native: each bitmap after its length
+    native = struct.pack("<ii", NATIVE_MAGIC, 2) + sized + sized
     assert deserialize_bitmap(native).tolist() == [1, 2, 3, (1 << 32) + 1, (1 << 32) + 2, (1 << 32) + 3]
 
 

@@ -132,6 +132,8 @@ ENABLE_EXPIRED_LOG_CLEANUP = TableProperty("delta.enableExpiredLogCleanup", True
 DATA_SKIPPING_NUM_INDEXED_COLS = TableProperty("delta.dataSkippingNumIndexedCols", 32, parse_int)
 COLUMN_MAPPING_MODE = TableProperty("delta.columnMapping.mode", "none", parse_column_mapping_mode)
 ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, parse_bool)
+RANDOMIZE_FILE_PREFIXES = TableProperty("delta.randomizeFilePrefixes", False, parse_bool)
+RANDOM_PREFIX_LENGTH = TableProperty("delta.randomPrefixLength", 2, parse_positive_int)
 
 KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     APPEND_ONLY,
@@ -147,6 +149,8 @@ KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     DATA_SKIPPING_NUM_INDEXED_COLS,
     COLUMN_MAPPING_MODE,
     ENABLE_DELETION_VECTORS,
+    RANDOMIZE_FILE_PREFIXES,
+    RANDOM_PREFIX_LENGTH,
 )
 """Every property this library parses."""
 
@@ -163,7 +167,6 @@ PASS_THROUGH_KEYS = (
     "delta.checkpoint.writeStatsAsStruct",
     "delta.checkpointRetentionDuration",
     "delta.isolationLevel",
-    "delta.randomizeFilePrefixes",
     "delta.minReaderVersion",
     "delta.minWriterVersion",
     "delta.targetFileSize",
