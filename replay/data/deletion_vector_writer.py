@@ -243,7 +243,7 @@ class DeletionVectorWriter:
             current = read_deletion_vector(previous, self.table_path, self.conf)
             if records is not None:
                 check_row_indexes(current, records, file.path, dv_location(previous, self.table_path))
-            union = np.union1d(current, values)
+            union = row_index_array(np.concatenate((current, values)))
         else:
             current, union = np.empty(0, dtype=np.uint64), values
         newly_deleted = int(union.size - current.size)
