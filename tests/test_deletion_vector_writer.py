@@ -111,9 +111,9 @@ def test_any_row_set_round_trips_through_a_dv_file(first: np.ndarray, second: np
     data = serialize_bitmap(first)
     assert len(data) == expected_size(first)
     assert np.array_equal(deserialize_bitmap(data), first)
-    plain = serialize_bitmap(first, run_optimize=False)
-    assert np.array_equal(deserialize_bitmap(plain), first)
-    assert len(data) <= len(plain)
+    # Roaring weighs each container alone: with many containers the run format's flag bytes can
+    # cost more than its runs save, so the optimised bytes are not always fewer (Delta's too).
+    assert np.array_equal(deserialize_bitmap(serialize_bitmap(first, run_optimize=False)), first)
     if first.size == 0 or second.size == 0:
         return
     with tempfile.TemporaryDirectory() as table:
@@ -284,6 +284,18 @@ def test_update_unites_with_the_current_dv(tmp_path: Path) -> None:
             "deletionVector": first.descriptor.inner_dict(),
         }
     }
+
+
+def test_a_file_without_statistics_needs_its_row_count(tmp_path: Path) -> None:
+    file = AddFile(path="f.parquet", size=100, modification_time=1)
+    with DeletionVectorWriter(str(tmp_path)) as writer:
+        update = writer.update(file, [1], num_records=4)
+        unknown = writer.update(file, [2])
+    add, remove = update.actions(deletion_timestamp=9)
+    assert (add.stats, remove.stats) == ('{"numRecords":4,"tightBounds":false}', "{}")
+    assert unknown.num_records is None and not unknown.all_deleted
+    with pytest.raises(ValueError, match=r"f\.parquet has no numRecords statistic"):
+        unknown.actions()
 
 
 def _add(path: str, num_records: int, dv: DeletionVectorDescriptor | None = None) -> AddFile:

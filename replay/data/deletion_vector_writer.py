@@ -126,6 +126,8 @@ class DeletionVectorUpdate:
     descriptor: DeletionVectorDescriptor | None
     newly_deleted: int
     all_deleted: bool = False
+    num_records: int | None = None
+    """The file's physical row count the update was checked against (``None``: unknown)."""
 
     @property
     def changed(self) -> bool:
@@ -144,7 +146,9 @@ class DeletionVectorUpdate:
         timestamp = _now_ms() if deletion_timestamp is None else deletion_timestamp
         if self.all_deleted or self.descriptor is None:
             return [_scanned(self.file).remove_with_timestamp(timestamp)]
-        add, remove = remove_rows(self.file, self.descriptor, deletion_timestamp=timestamp)
+        add, remove = remove_rows(
+            self.file, self.descriptor, deletion_timestamp=timestamp, num_records=self.num_records
+        )
         return [add, remove]
 
 
@@ -179,6 +183,7 @@ class DeletionVectorWriter:
         self._pending: _PendingFile | None = None
         self._written: list[str] = []
         self._closed = False
+        self._discarded = False
 
     @classmethod
     def for_table(
@@ -248,11 +253,11 @@ class DeletionVectorWriter:
             current, union = np.empty(0, dtype=np.uint64), values
         newly_deleted = int(union.size - current.size)
         if newly_deleted == 0:
-            return DeletionVectorUpdate(file, previous, 0)
+            return DeletionVectorUpdate(file, previous, 0, num_records=records)
         if records is not None and union.size == records:
-            return DeletionVectorUpdate(file, None, newly_deleted, all_deleted=True)
+            return DeletionVectorUpdate(file, None, newly_deleted, all_deleted=True, num_records=records)
         descriptor = self._append(serialize_bitmap(union), int(union.size))
-        return DeletionVectorUpdate(file, descriptor, newly_deleted)
+        return DeletionVectorUpdate(file, descriptor, newly_deleted, num_records=records)
 
     def _append(self, bitmap: bytes, cardinality: int) -> DeletionVectorDescriptor:
         frame = frame_for_file(bitmap)
@@ -279,15 +284,17 @@ class DeletionVectorWriter:
     # -- files --------------------------------------------------------------------------------
     def _write(self, pending: _PendingFile) -> None:
         target = f"{self._root}/{pending.relative_path}"
+        with self._lock:
+            if self._discarded:
+                return
+            self._written.append(target)  # before the upload: a failed one may still have landed
         self._fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         self._fs.pipe_file(target, b"".join(pending.chunks))
-        with self._lock:
-            self._written.append(target)
         logger.debug("wrote deletion vector file %s (%d bytes)", target, pending.size)
 
     @property
     def written_files(self) -> list[str]:
-        """The DV files written so far (storage paths as the file system names them)."""
+        """The DV files written (or being written) so far, as storage paths of the file system."""
         with self._lock:
             return list(self._written)
 
@@ -304,7 +311,7 @@ class DeletionVectorWriter:
         """Forget what is not written yet and delete every DV file written (missing ones ignored)."""
         with self._lock:
             self._pending = None
-            self._closed = True
+            self._closed = self._discarded = True
             written, self._written = self._written, []
         for target in written:
             try:
