@@ -151,8 +151,9 @@ def row_index_array(row_indexes: Iterable[int] | np.ndarray) -> np.ndarray:
         raise ValueError(f"row indexes must not be negative, got {int(array.min())}")
     values = array.astype(np.uint64, copy=False)
     if not bool(np.all(values[1:] > values[:-1])):
-        # Sorting, then dropping repeats: numpy's unique hashes first, ten times slower here.
-        values = np.sort(values)
+        # Sorting, then dropping repeats: numpy's unique hashes first, ten times slower here. The
+        # stable sort (timsort) merges already sorted runs, such as a DV united with new rows.
+        values = np.sort(values, kind="stable")
         distinct = np.ones(values.size, dtype=bool)
         np.not_equal(values[1:], values[:-1], out=distinct[1:])
         values = values[distinct]
