@@ -32,7 +32,8 @@ from replay.cdc import (
 )
 from replay.cdc.batch import ConstantColumns
 from replay.data import DataFileNotFoundError
-from replay.data.deletion_vectors import serialize_bitmap, z85_encode
+from replay.data.deletion_vectors import z85_encode
+from replay.data.roaring_bitmap import serialize_bitmap
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import (
     AddCDCFile,

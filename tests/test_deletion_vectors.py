@@ -2,33 +2,39 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import struct
 import uuid
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from replay.cdc import table_changes
+from replay.data.deletion_vector_writer import DeletionVectorWriter, remove_rows
 from replay.data.deletion_vectors import (
-    NATIVE_MAGIC,
-    PORTABLE_MAGIC,
     Z85_ALPHABET,
     CorruptDeletionVectorError,
     DeletionVectorError,
     DeletionVectorNotFoundError,
     decode_inline,
     decode_uuid,
-    deserialize_bitmap,
     dv_file_path,
     encode_uuid,
     frame_for_file,
     read_deletion_vector,
-    serialize_bitmap,
     z85_decode,
+    z85_decode_bytes,
     z85_encode,
 )
+from replay.data.roaring_bitmap import NATIVE_MAGIC, PORTABLE_MAGIC, deserialize_bitmap, serialize_bitmap
+from replay.delta_log import DeltaLog
 from replay.protocol.actions import DeletionVectorDescriptor
+from replay.txn.write import write_table
 
 DAT_DV_UUID = "8aebe228-b96c-4831-b0b6-22882eb9a3d3"
 CHECKSUM_MESSAGE = r"at offset 1 fails its checksum \(stored 0x817940f8, computed 0x81794007\)"
@@ -126,7 +132,8 @@ def test_roundtrip_covers_array_bitmap_containers_and_high_keys() -> None:
 def test_native_format_uses_implicit_keys() -> None:
     portable = serialize_bitmap([1, 2, 3])
     roaring32 = portable[16:]  # skip magic, count and the key of the single bitmap
-    native = struct.pack("<ii", NATIVE_MAGIC, 2) + roaring32 + roaring32
+    sized = struct.pack("<i", len(roaring32)) + roaring32  # Delta's Native: each bitmap after its length
+    native = struct.pack("<ii", NATIVE_MAGIC, 2) + sized + sized
     assert deserialize_bitmap(native).tolist() == [1, 2, 3, (1 << 32) + 1, (1 << 32) + 2, (1 << 32) + 3]
 
 
@@ -290,3 +297,67 @@ def test_absolute_path_descriptor_is_url_decoded(tmp_path: Path) -> None:
     uri = f"file://{folder}/my%20dv.bin".replace("with space", "with%20space")
     descriptor = DeletionVectorDescriptor("p", uri, 1, len(serialize_bitmap([4, 8])), 2)
     assert read_deletion_vector(descriptor, "/unused").tolist() == [4, 8]
+
+
+# -- inline DVs written with the Rust z85 crate ------------------------------------------------------
+def crate_encode(data: bytes) -> str:
+    """The Rust ``z85`` crate's ``encode`` (3.x), transcribed: whole 4-byte blocks as Z85; the last
+    ``n`` (1-3) bytes as the number they form, in 5 digits whose first ``4 - n`` (zeros) are '#'."""
+    whole = len(data) - len(data) % 4
+    text = delta_encode_bytes(data[:whole])
+    tail = data[whole:]
+    if tail:
+        value = int.from_bytes(tail, "big")
+        digits = "".join(Z85_ALPHABET[value // power % 85] for power in (85**4, 85**3, 85**2, 85, 1))
+        missing = 4 - len(tail)
+        assert digits[:missing] == "0" * missing
+        text += "#" * missing + digits[missing:]
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=80))
+def test_both_z85_paddings_decode_to_the_same_bytes(data: bytes) -> None:
+    for text in (z85_encode(data), delta_encode_bytes(data), crate_encode(data)):
+        assert len(text) % 5 == 0
+        assert z85_decode_bytes(text, len(data)) == data
+
+
+@pytest.mark.parametrize("remainder", [1, 2, 3])
+def test_inline_dv_written_with_the_z85_crate(remainder: int) -> None:
+    data, rows = inline_payloads()[remainder]
+    text = crate_encode(data)
+    assert text[-5] == "#" and text != z85_encode(data)
+    assert delta_decode_bytes(text, len(data)) != data  # Delta's block arithmetic misreads the tail
+    assert decode_inline(DeletionVectorDescriptor("i", text, None, len(data), len(rows))).tolist() == rows
+
+
+# -- a DV must only mark rows the data file has ---------------------------------------------------------
+def _table_with_dv_past_the_end(tmp_path: Path) -> tuple[DeltaLog, str, str]:
+    """A 10-row file whose DV (written with no row count to check against) marks rows 3 and 10."""
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": pa.array(range(10), pa.int64())})
+    write_table(
+        uri, data, configuration={"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"}
+    )
+    delta_log = DeltaLog.for_table(uri)
+    (file,) = delta_log.update().files()
+    with DeletionVectorWriter(uri) as writer:
+        descriptor = writer.add([3, 10])
+    delta_log.commit(list(remove_rows(file, descriptor)), operation="DELETE")
+    dv_path = dv_file_path(descriptor, uri)
+    assert dv_path is not None
+    return delta_log, f"{uri}/{file.path}", dv_path
+
+
+def test_a_dv_row_past_the_end_of_the_file_is_refused(tmp_path: Path) -> None:
+    delta_log, data_file, dv_path = _table_with_dv_past_the_end(tmp_path)
+    message = (
+        r"\[DELTA_DELETION_VECTOR_INVALID_ROW_INDEX\] Deletion vector integrity check failed\. Encountered "
+        rf"an invalid row index: deletion vector (file://)?{re.escape(dv_path)} at offset 1 marks row 10 of "
+        rf"data file (file://)?{re.escape(data_file)}, which has 10 rows"
+    )
+    with pytest.raises(CorruptDeletionVectorError, match=message):
+        delta_log.update().to_arrow()
+    with pytest.raises(CorruptDeletionVectorError, match=message):  # the change feed's DV diff
+        table_changes(delta_log, starting_version=1)

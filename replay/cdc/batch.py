@@ -34,7 +34,7 @@ from replay.cdc.change_actions import (
     table_error,
 )
 from replay.cdc.schema_checks import BatchSchemaCheck, batch_read_version
-from replay.data.deletion_vectors import read_deletion_vector
+from replay.data.deletion_vectors import dv_location, read_deletion_vector
 from replay.data.partition_values import constant_array
 from replay.data.reader import RowFilter, TableReader
 from replay.log.commit_files import iter_commits
@@ -102,10 +102,12 @@ def read_change(
     row_filter: RowFilter | bool | None = True
     if read.keep_dv is not None:
         keep = read_deletion_vector(read.keep_dv, reader.table_path, reader.conf)
+        source = dv_location(read.keep_dv, reader.table_path)
         if read.minus_dv is not None:
             minus = read_deletion_vector(read.minus_dv, reader.table_path, reader.conf)
             keep = np.setdiff1d(keep, minus, assume_unique=True)
-        row_filter = RowFilter(keep, keep=True)
+            source += f" (without the rows of {dv_location(read.minus_dv, reader.table_path)})"
+        row_filter = RowFilter(keep, keep=True, source=source)
     table = reader.read_file(
         read.file,
         columns,

@@ -1,4 +1,4 @@
-"""Deletion vectors: descriptors, Z85, and the 64-bit roaring bitmap format Delta stores.
+"""Reading deletion vectors: descriptors, Z85, DV files and their framing.
 
 A deletion vector (DV) marks rows of one data file as deleted by their 0-based row index.
 The descriptor in the log says where the bitmap lives:
@@ -10,10 +10,10 @@ The descriptor in the log says where the bitmap lives:
 
 A DV file starts with a one-byte format version (1); each bitmap in it sits at ``offset``
 as ``<size: int32 big-endian> <size bytes of bitmap> <CRC-32 of those bytes: int32 big-endian>``.
-A serialised bitmap is a ``RoaringBitmapArray``: a little-endian magic number, the number
-of 32-bit roaring bitmaps and, for each, its key (the high 32 bits of its row indexes) and
-the bitmap in the standard portable roaring format. Decoding yields a sorted ``uint64``
-numpy array of row indexes.
+A serialised bitmap is a ``RoaringBitmapArray`` (:mod:`replay.data.roaring_bitmap`); decoding
+yields a sorted ``uint64`` numpy array of row indexes. :func:`check_row_indexes` is the one check
+that a DV's rows exist in the data file it is applied to. Writing DVs is
+:mod:`replay.data.deletion_vector_writer`.
 """
 
 from __future__ import annotations
@@ -21,45 +21,29 @@ from __future__ import annotations
 import struct
 import uuid
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 from urllib.parse import unquote
 
 import numpy as np
 
 from logstores import open_filesystem
-from replay.protocol.errors import DeltaError
+from replay.data.deletion_vector_errors import (
+    CorruptDeletionVectorError,
+    DeletionVectorError,
+    DeletionVectorNotFoundError,
+)
+from replay.data.roaring_bitmap import deserialize_bitmap
 
 Z85_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_VALUES = np.full(128, 255, dtype=np.uint8)
 _Z85_VALUES[np.frombuffer(Z85_ALPHABET.encode("ascii"), dtype=np.uint8)] = np.arange(85, dtype=np.uint8)
+_Z85_INDEX = {ch: index for index, ch in enumerate(Z85_ALPHABET)}
 _Z85_POWERS = np.array([85**4, 85**3, 85**2, 85, 1], dtype=np.uint64)
 
-PORTABLE_MAGIC = 1681511377
-"""``RoaringBitmapArrayFormat.Portable``: keys stored explicitly, count as int64."""
-NATIVE_MAGIC = 1681511376
-"""``RoaringBitmapArrayFormat.Native``: bitmaps for keys 0..n-1, count as int32."""
 DV_FILE_FORMAT_VERSION = 1
 DV_FILE_NAME_CORE = "deletion_vector"
 UUID_Z85_LENGTH = 20
-
-_SERIAL_COOKIE_NO_RUN = 12346
-_SERIAL_COOKIE = 12347
-_NO_OFFSET_THRESHOLD = 4
-_ARRAY_CONTAINER_MAX = 4096
-_BITMAP_CONTAINER_BYTES = 8192
-
-
-class DeletionVectorError(DeltaError):
-    """A deletion vector could not be located or decoded."""
-
-
-class CorruptDeletionVectorError(DeletionVectorError):
-    """The DV bytes contradict the descriptor or the format (size, checksum, magic, cardinality)."""
-
-
-class DeletionVectorNotFoundError(DeletionVectorError, FileNotFoundError):
-    """The file a DV descriptor points to does not exist."""
 
 
 class DeletionVectorDescriptorLike(Protocol):
@@ -87,6 +71,12 @@ class DeletionVectorDescriptorLike(Protocol):
 # block in 32-bit arithmetic (a 5-character group above 2**32 - 1 wraps, as Java's Long.toInt does)
 # and the caller keeps the first sizeInBytes bytes (decodeBytes), so whatever stands in the
 # padding of the last block never matters.
+#
+# Writers built on the Rust ``z85`` crate (3.x) end unaligned data differently: the last 1 to 3
+# bytes are encoded as a right-aligned number in a final 5-character block whose first 4 - n
+# characters, zeros for such a small number, are replaced by '#'. Delta's encoder never starts a
+# block with '#' (84 * 85**4 > 2**32 - 1), so a final block with 1 to 3 leading '#' is such a
+# tail; delta-kernel-rs (and delta-rs) decode inline DVs with that crate and read both.
 def z85_decode(text: str) -> bytes:
     """Decode Z85 text (length a multiple of 5) into bytes (4 per 5 characters), as Delta does.
 
@@ -105,12 +95,39 @@ def z85_decode(text: str) -> bytes:
 
 
 def z85_decode_bytes(text: str, size: int) -> bytes:
-    """The first ``size`` bytes Z85 ``text`` encodes (Delta's ``Base85Codec.decodeBytes``).
+    """The first ``size`` bytes Z85 ``text`` encodes, whichever convention padded its last block.
 
-    The padding the encoder added to reach a whole block is dropped; text encoding fewer than
-    ``size`` bytes gives all of them (the caller decides whether that is an error).
+    Delta's zero padding (``Base85Codec.decodeBytes``) is dropped; a final block marked with
+    leading '#' (the Rust ``z85`` crate's tail, see above) gives the 1 to 3 bytes it holds. Text
+    encoding fewer than ``size`` bytes gives all of them (the caller decides whether that is an
+    error).
     """
-    return z85_decode(text)[:size]
+    tail = _z85_crate_tail(text)
+    if tail is None:
+        return z85_decode(text)[:size]
+    return (z85_decode(text[:-5]) + tail)[:size]
+
+
+def _z85_crate_tail(text: str) -> bytes | None:
+    """The bytes of ``text``'s final block if it is a ``z85`` crate tail, else ``None``.
+
+    A tail has 1 to 3 leading '#' (the bytes missing from a whole block) and encodes a number
+    that fits the bytes left; anything else is decoded the way Delta decodes every block.
+    """
+    if len(text) < 5 or len(text) % 5 or text[-5] != "#":
+        return None
+    block = text[-5:]
+    digits = block.lstrip("#")
+    missing = 5 - len(digits)
+    if missing > 3 or any(ch not in _Z85_INDEX for ch in digits):
+        return None
+    value = 0
+    for ch in digits:
+        value = value * 85 + _Z85_INDEX[ch]
+    kept = 4 - missing
+    if value >= 256**kept:
+        return None
+    return value.to_bytes(kept, "big")
 
 
 def z85_encode(data: bytes) -> str:
@@ -162,130 +179,34 @@ def dv_file_path(descriptor: DeletionVectorDescriptorLike, table_path: str) -> s
     )
 
 
-# -- bitmap format --------------------------------------------------------------------------
-def deserialize_bitmap(data: bytes | memoryview) -> np.ndarray:
-    """Row indexes (sorted ``uint64``) of a serialised ``RoaringBitmapArray``.
+def dv_location(descriptor: DeletionVectorDescriptorLike, table_path: str) -> str:
+    """How messages name a DV: ``deletion vector <file> at offset <n>`` or ``inline deletion vector``."""
+    path = dv_file_path(descriptor, table_path)
+    if path is None:
+        return "inline deletion vector"
+    offset = descriptor.offset if descriptor.offset is not None else 1
+    return f"deletion vector {path} at offset {offset}"
 
-    Raises :class:`CorruptDeletionVectorError` for an unknown magic number or truncated data.
+
+def check_row_indexes(row_indexes: np.ndarray, num_rows: int, data_file: str, source: str) -> None:
+    """Refuse row indexes of ``source`` (see :func:`dv_location`) that ``data_file`` lacks.
+
+    ``num_rows`` is the file's physical row count (its Parquet row count when it is read, its
+    ``numRecords`` otherwise). Raises :class:`CorruptDeletionVectorError` with Delta's
+    ``DELTA_DELETION_VECTOR_INVALID_ROW_INDEX`` naming the file, the DV and the row.
     """
-    view = memoryview(data)
-    try:
-        (magic,) = struct.unpack_from("<i", view, 0)
-        if magic == PORTABLE_MAGIC:
-            (count,) = struct.unpack_from("<q", view, 4)
-            position = 12
-            keyed = True
-        elif magic == NATIVE_MAGIC:
-            (count,) = struct.unpack_from("<i", view, 4)
-            position = 8
-            keyed = False
-        else:
-            raise CorruptDeletionVectorError(f"Unexpected RoaringBitmapArray magic number {magic}")
-        parts: list[np.ndarray] = []
-        for ordinal in range(count):
-            if keyed:
-                (high,) = struct.unpack_from("<I", view, position)
-                position += 4
-            else:
-                high = ordinal
-            values, position = _deserialize_roaring32(view, position)
-            parts.append(values.astype(np.uint64) | np.uint64(high << 32))
-    except (struct.error, ValueError) as exc:
-        raise CorruptDeletionVectorError(f"truncated or malformed deletion vector bitmap: {exc}") from exc
-    if not parts:
-        return np.empty(0, dtype=np.uint64)
-    return np.concatenate(parts)
+    if row_indexes.size == 0:
+        return
+    last = int(row_indexes.max())
+    if last >= num_rows:
+        raise CorruptDeletionVectorError(
+            "[DELTA_DELETION_VECTOR_INVALID_ROW_INDEX] Deletion vector integrity check failed. "
+            f"Encountered an invalid row index: {source} marks row {last} of data file {data_file}, "
+            f"which has {num_rows} rows"
+        )
 
 
-def _deserialize_roaring32(view: memoryview, position: int) -> tuple[np.ndarray, int]:
-    """One portable 32-bit roaring bitmap starting at ``position``; returns values and end."""
-    (cookie,) = struct.unpack_from("<I", view, position)
-    position += 4
-    run_flags: np.ndarray | None = None
-    if cookie & 0xFFFF == _SERIAL_COOKIE:
-        size = (cookie >> 16) + 1
-        flag_bytes = (size + 7) // 8
-        run_flags = np.unpackbits(np.frombuffer(view, np.uint8, flag_bytes, position), bitorder="little")
-        position += flag_bytes
-        has_offsets = size >= _NO_OFFSET_THRESHOLD
-    elif cookie == _SERIAL_COOKIE_NO_RUN:
-        (size,) = struct.unpack_from("<I", view, position)
-        position += 4
-        has_offsets = True
-    else:
-        raise CorruptDeletionVectorError(f"Unexpected roaring bitmap cookie {cookie}")
-    header = np.frombuffer(view, "<u2", 2 * size, position).reshape(size, 2)
-    position += 4 * size
-    if has_offsets:
-        position += 4 * size
-    chunks: list[np.ndarray] = []
-    for index in range(size):
-        key = np.uint32(int(header[index, 0]) << 16)
-        cardinality = int(header[index, 1]) + 1
-        if run_flags is not None and run_flags[index]:
-            (runs,) = struct.unpack_from("<H", view, position)
-            position += 2
-            pairs = np.frombuffer(view, "<u2", 2 * runs, position).reshape(runs, 2).astype(np.int64)
-            position += 4 * runs
-            lengths = pairs[:, 1] + 1
-            offsets = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(lengths)[:-1]))
-            low = (np.repeat(pairs[:, 0] - offsets, lengths) + np.arange(int(lengths.sum()))).astype(
-                np.uint32
-            )
-        elif cardinality <= _ARRAY_CONTAINER_MAX:
-            low = np.frombuffer(view, "<u2", cardinality, position).astype(np.uint32)
-            position += 2 * cardinality
-        else:
-            bits = np.unpackbits(
-                np.frombuffer(view, np.uint8, _BITMAP_CONTAINER_BYTES, position), bitorder="little"
-            )
-            low = np.flatnonzero(bits).astype(np.uint32)
-            position += _BITMAP_CONTAINER_BYTES
-        chunks.append(low | key)
-    values = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.uint32)
-    return values, position
-
-
-def serialize_bitmap(row_indexes: Iterable[int] | np.ndarray) -> bytes:
-    """Serialise row indexes in the portable ``RoaringBitmapArray`` format (no run containers)."""
-    values = np.unique(np.asarray(row_indexes, dtype=np.uint64))
-    highs = (values >> np.uint64(32)).astype(np.uint32)
-    out = bytearray(struct.pack("<iq", PORTABLE_MAGIC, len(np.unique(highs))))
-    for high in np.unique(highs):
-        out += struct.pack("<I", int(high))
-        out += _serialize_roaring32((values[highs == high] & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-    return bytes(out)
-
-
-def _serialize_roaring32(values: np.ndarray) -> bytes:
-    keys = (values >> 16).astype(np.uint16)
-    unique_keys, starts, counts = np.unique(keys, return_index=True, return_counts=True)
-    bodies: list[bytes] = []
-    for start, count in zip(starts, counts, strict=True):
-        low = (values[start : start + count] & 0xFFFF).astype("<u2")
-        if count <= _ARRAY_CONTAINER_MAX:
-            bodies.append(low.tobytes())
-        else:
-            bits = np.zeros(_BITMAP_CONTAINER_BYTES * 8, dtype=np.uint8)
-            bits[low] = 1
-            bodies.append(np.packbits(bits, bitorder="little").tobytes())
-    size = len(unique_keys)
-    header = np.empty((size, 2), dtype="<u2")
-    header[:, 0] = unique_keys
-    header[:, 1] = counts - 1
-    offsets = np.empty(size, dtype="<u4")
-    offset = 8 + 8 * size
-    for index, body in enumerate(bodies):
-        offsets[index] = offset
-        offset += len(body)
-    return (
-        struct.pack("<II", _SERIAL_COOKIE_NO_RUN, size)
-        + header.tobytes()
-        + offsets.tobytes()
-        + b"".join(bodies)
-    )
-
-
+# -- framing ----------------------------------------------------------------------------------
 def frame_for_file(bitmap: bytes) -> bytes:
     """``<size> <bitmap> <crc>`` as stored at a DV's offset inside a DV file."""
     return struct.pack(">i", len(bitmap)) + bitmap + struct.pack(">I", zlib.crc32(bitmap))

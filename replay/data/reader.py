@@ -33,7 +33,7 @@ from fsspec.implementations.local import LocalFileSystem
 from logstores import open_filesystem
 from logstores.filesystem import uri_scheme
 from replay.data.columns import arrow_field, conform_column, match_field
-from replay.data.deletion_vectors import read_deletion_vector
+from replay.data.deletion_vectors import check_row_indexes, dv_location, read_deletion_vector
 from replay.data.partition_values import partition_value_array
 from replay.log.concurrency import Work, default_threads, map_concurrently
 from replay.protocol.actions import FileAction, Metadata, Protocol
@@ -68,16 +68,22 @@ class RowFilter:
     """Which rows of a file to keep by 0-based row index.
 
     ``keep=False``: drop ``indexes`` (a deletion vector); ``keep=True``: keep only ``indexes``.
+    ``source`` names the deletion vector(s) the indexes come from, for errors.
     """
 
     indexes: np.ndarray
     keep: bool = False
+    source: str = "deletion vector"
 
-    def mask(self, num_rows: int) -> pa.Array:
-        """A boolean mask of the rows to keep in a file of ``num_rows`` rows."""
+    def mask(self, num_rows: int, data_file: str) -> pa.Array:
+        """A boolean mask of the rows to keep in ``data_file``, which has ``num_rows`` rows.
+
+        Raises :class:`~replay.data.deletion_vector_errors.CorruptDeletionVectorError` if an index
+        is not a row of the file (:func:`~replay.data.deletion_vectors.check_row_indexes`).
+        """
+        check_row_indexes(self.indexes, num_rows, data_file, self.source)
         hits = np.zeros(num_rows, dtype=bool)
-        indexes = self.indexes[self.indexes < num_rows].astype(np.int64)
-        hits[indexes] = True
+        hits[self.indexes.astype(np.int64)] = True
         return pa.array(hits if self.keep else ~hits)
 
 
@@ -146,7 +152,8 @@ class TableReader:
         descriptor = getattr(file, "deletion_vector", None)
         if descriptor is None:
             return None
-        return RowFilter(read_deletion_vector(descriptor, self.table_path, self.conf))
+        indexes = read_deletion_vector(descriptor, self.table_path, self.conf)
+        return RowFilter(indexes, source=dv_location(descriptor, self.table_path))
 
     def read_file(
         self,
@@ -210,8 +217,8 @@ class TableReader:
         extra_columns: Sequence[pa.Field],
     ) -> pa.Table:
         """The result table of :meth:`read_file` from the columns ``raw`` read as ``layout`` says."""
-        if row_filter is not None and num_rows:
-            mask = row_filter.mask(num_rows)
+        if row_filter is not None:
+            mask = row_filter.mask(num_rows, self.file_uri(file))
             raw = raw.filter(mask) if raw is not None else None
             num_rows = int(pc.sum(mask).as_py() or 0)
         arrays: list[pa.ChunkedArray | pa.Array] = []

@@ -241,6 +241,23 @@ class AddFile(_FileAction):
         value = orjson.loads(self.stats).get("numRecords")
         return int(value) if value is not None else None
 
+    def remove_with_timestamp(self, deletion_timestamp: int, data_change: bool = True) -> RemoveFile:
+        """The ``remove`` of this file (Delta's ``AddFile.removeWithTimestamp``): extended file
+        metadata, statistics, tags, deletion vector and row ids kept."""
+        return RemoveFile(
+            path=self.path,
+            deletion_timestamp=deletion_timestamp,
+            data_change=data_change,
+            extended_file_metadata=True,
+            partition_values=dict(self.partition_values),
+            size=self.size,
+            stats=self.stats,
+            tags=self.tags,
+            deletion_vector=self.deletion_vector,
+            base_row_id=self.base_row_id,
+            default_row_commit_version=self.default_row_commit_version,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class RemoveFile(_FileAction):

@@ -150,6 +150,8 @@ ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, pa
 ISOLATION_LEVEL = TableProperty(
     "delta.isolationLevel", DEFAULT_ISOLATION_LEVEL, IsolationLevel.parse_table_level
 )
+RANDOMIZE_FILE_PREFIXES = TableProperty("delta.randomizeFilePrefixes", False, parse_bool)
+RANDOM_PREFIX_LENGTH = TableProperty("delta.randomPrefixLength", 2, parse_positive_int)
 
 KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     APPEND_ONLY,
@@ -167,6 +169,8 @@ KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     COLUMN_MAPPING_MODE,
     ENABLE_DELETION_VECTORS,
     ISOLATION_LEVEL,
+    RANDOMIZE_FILE_PREFIXES,
+    RANDOM_PREFIX_LENGTH,
 )
 """Every property this library parses."""
 
@@ -182,7 +186,6 @@ PASS_THROUGH_KEYS = (
     "delta.checkpoint.writeStatsAsJson",
     "delta.checkpoint.writeStatsAsStruct",
     "delta.checkpointRetentionDuration",
-    "delta.randomizeFilePrefixes",
     "delta.minReaderVersion",
     "delta.minWriterVersion",
     "delta.targetFileSize",

@@ -441,19 +441,7 @@ def _replace_where(options: WriteOptions, metadata: Metadata, table: str) -> Sql
 # -- committing ---------------------------------------------------------------------------------
 def remove_action(add: AddFile, deletion_timestamp: int) -> RemoveFile:
     """The tombstone that removes ``add`` as a data change (extended file metadata kept)."""
-    return RemoveFile(
-        path=add.path,
-        deletion_timestamp=deletion_timestamp,
-        data_change=True,
-        extended_file_metadata=True,
-        partition_values=dict(add.partition_values),
-        size=add.size,
-        stats=add.stats,
-        tags=add.tags,
-        deletion_vector=add.deletion_vector,
-        base_row_id=add.base_row_id,
-        default_row_commit_version=add.default_row_commit_version,
-    )
+    return add.remove_with_timestamp(deletion_timestamp)
 
 
 def partition_values_predicate(
