@@ -10,9 +10,10 @@ change feed or, without ``readChangeFeed``, the table's appends like Delta's def
 
 ``df.write`` and ``df.writeStream`` write through :mod:`replay.spark.writer`.
 
-Snapshot reads take Spark's pushed filters (:class:`DeltaLogPushdownReader`): partition values
-and file statistics prune the files before partitions are planned, and every filter that
-partition values do not decide exactly goes back to Spark.
+Snapshot reads take Spark's pushed filters (:class:`DeltaLogPushdownReader`) when the session
+turns pushdown on (``spark.sql.python.filterPushdown.enabled``; off by default, see
+:data:`PUSHDOWN_KEY`): partition values and file statistics prune the files before partitions
+are planned, and every filter that partition values do not decide exactly goes back to Spark.
 
 The log is read through :func:`logstores.create_log_store` and data files through fsspec +
 pyarrow inside the Python workers, so any storage fsspec reaches works. Storage settings come
@@ -119,7 +120,17 @@ TIME_ZONE_KEY = "spark.sql.session.timeZone"
 """The zone timestamp options without one are read in (from the session, or from the read options)."""
 PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
 """Spark calls a Python reader's ``pushFilters`` only when this is true (and fails the query if the
-reader has one while it is false): :func:`register` turns it on unless the user turned it off."""
+reader has one while it is false), so the reader handed out follows it.
+
+:func:`register` leaves it as the session has it (Spark's default: off), because PySpark 4.3
+does not keep a pushed read to the query that pushed it. ``PythonScanBuilder.pushFilters``
+stores the read planned with the filters (the pickled reader and its partitions) on the
+relation's ``PythonDataSourceV2``, and every later scan of that relation that pushes no filter
+Spark can translate (``df.count()``, ``df.collect()``, a temp view over ``df``) reuses it
+without calling Python (``PythonBatch`` asks the provider for its read info, which is only
+planned anew while none is stored). The files the first query pruned away are then missing
+from every such query. Nothing a Python reader does can prevent it: the later query never
+reaches Python. With pushdown off, every query reads every file and Spark filters the rows."""
 TARGET_PARTITION_BYTES = 128 * 1024 * 1024
 OPEN_COST_BYTES = 4 * 1024 * 1024
 PARALLELISM_HINT = 8
@@ -465,6 +476,10 @@ class DeltaLogBatchReader(DataSourceReader):
 class DeltaLogPushdownReader(DeltaLogBatchReader):
     """A snapshot reader that takes Spark's pushed filters (used while Spark pushes them).
 
+    Spark makes a new reader for each ``pushFilters`` call, so its state belongs to one query on
+    the Python side; PySpark 4.3 itself keeps the resulting read with the relation for later
+    queries (see :data:`PUSHDOWN_KEY`), which is why pushdown is off unless the user turns it on.
+
     The filters prune the snapshot's files by partition values and statistics before partitions
     are planned. Spark still applies every filter that this does not decide exactly: all but the
     filters on partition columns that partition values alone decide for every file
@@ -753,19 +768,24 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     """Register the ``deltalog`` format on ``spark``, and ``delta`` as well when Delta Lake's own
     data source is not on the classpath (so existing ``format("delta")`` code runs unchanged).
 
-    Turns on filter pushdown for Python data sources in the session
-    (``spark.sql.python.filterPushdown.enabled``) unless it has been turned off explicitly; with it
-    off, reads work without pushdown. Settings changed in the session later (storage keys, Delta
-    confs, the time zone, pushdown) apply to the next query: they are read when a query is
-    planned. Returns the ``deltalog`` class.
+    Filter pushdown (``spark.sql.python.filterPushdown.enabled``) is left as the session has it,
+    off unless the user turned it on: with it on, PySpark 4.3 reuses one query's pruned files
+    for later queries of the same DataFrame (see :data:`PUSHDOWN_KEY`), and a warning says so.
+    Settings changed in the session later (storage keys, Delta confs, the time zone, pushdown)
+    apply to the next query: they are read when a query is planned. Returns the ``deltalog``
+    class.
     """
     conf = _captured_settings(spark)
     zone = session_time_zone(spark)
     if zone is not None:
         conf[TIME_ZONE_KEY] = zone
-    if conf.get(PUSHDOWN_KEY, "").strip().lower() != "false":
-        spark.conf.set(PUSHDOWN_KEY, "true")
-        conf[PUSHDOWN_KEY] = "true"
+    if conf.get(PUSHDOWN_KEY, "").strip().lower() == "true":
+        logger.warning(
+            "%s is true: Spark keeps the files a filtered query pruned with the DataFrame it "
+            "queried, and later queries of that DataFrame that push no filter read only those "
+            "files; load a new DataFrame for each query, or turn pushdown off",
+            PUSHDOWN_KEY,
+        )
     link = SessionLink.of(spark)
     configured = _configured("ConfiguredDeltaLogDataSource", FORMAT_NAME, conf, link)
     spark.dataSource.register(configured)
