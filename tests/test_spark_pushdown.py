@@ -37,14 +37,10 @@ from pyspark.sql.datasource import (
 
 from replay.delta_log import DeltaLog
 from replay.spark import register
-from replay.spark.datasource import (
-    PUSHDOWN_KEY,
-    DeltaLogBatchReader,
-    DeltaLogPushdownReader,
-    ReadSettings,
-    spark_schema,
-)
+from replay.spark.batch_reader import DeltaLogBatchReader, DeltaLogPushdownReader
+from replay.spark.schema import spark_schema
 from replay.spark.session_conf import SessionLink
+from replay.spark.settings import PUSHDOWN_KEY, ReadSettings
 from replay.txn.write import write_table
 from tests.paths import GOLDEN_ROOT
 

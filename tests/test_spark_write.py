@@ -454,7 +454,7 @@ def test_streaming_sink_complete_mode_overwrites_each_batch(deltalog: Any, tmp_p
 
 
 def test_options_arrive_in_lower_case_and_are_read_as_delta_spells_them() -> None:
-    from replay.spark.datasource import storage_conf
+    from replay.spark.settings import storage_conf
     from replay.spark.writer import streaming_app_id, write_options
     from replay.txn.write_plan import InvalidWriteOptionError
 
