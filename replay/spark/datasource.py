@@ -44,6 +44,7 @@ from pyspark.sql.types import StructType
 
 from logstores.conf import to_conf_dict
 from replay.delta_log import DeltaLog
+from replay.spark.active_session import install as install_active_session
 from replay.spark.batch_reader import (
     DeltaLogBatchReader,
     DeltaLogPushdownReader,
@@ -220,8 +221,9 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     off unless the user turned it on: with it on, PySpark 4.3 reuses one query's pruned files
     for later queries of the same DataFrame (see :data:`PUSHDOWN_KEY`), and a warning says so.
     Settings changed in the session later (storage keys, Delta confs, the time zone, pushdown)
-    apply to the next query: they are read when a query is planned. Returns the ``deltalog``
-    class.
+    apply to the next query: they are read when a query is planned. Writes work from any Python
+    thread: PySpark's writers are wrapped so that each write runs with its session active in its
+    JVM thread (:mod:`replay.spark.active_session`). Returns the ``deltalog`` class.
     """
     conf = _captured_settings(spark)
     zone = session_time_zone(spark)
@@ -234,6 +236,7 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
             "files; load a new DataFrame for each query, or turn pushdown off",
             PUSHDOWN_KEY,
         )
+    install_active_session()
     link = SessionLink.of(spark)
     configured = _configured("ConfiguredDeltaLogDataSource", FORMAT_NAME, conf, link)
     spark.dataSource.register(configured)
