@@ -7,8 +7,8 @@ default), every Python thread talks to its own JVM thread. ``DataFrameWriter.sav
 source only if ``SparkSession.getActiveSession`` - a JVM thread-local - names a session that
 knows it. The thread that built the session has it active; a thread of a pool has none, so
 ``df.write.format("deltalog").save(...)`` fails there with ``[DATA_SOURCE_NOT_FOUND]``. Reads do
-not: ``DataFrameReader.load`` and ``DataStreamReader.load`` resolve the name through the
-reader's own session.
+not: ``DataFrameReader.load`` and ``DataStreamReader.load`` only build an unresolved plan, and
+Spark analyses a new DataFrame with its session active, so the name is found.
 
 Why not Spark's static registration. Spark also registers every ``DefaultSource`` of a
 top-level ``pyspark_<name>`` module it finds at the first data-source lookup, but it keeps them
