@@ -37,14 +37,10 @@ from pyspark.sql.datasource import (
 
 from replay.delta_log import DeltaLog
 from replay.spark import register
-from replay.spark.datasource import (
-    PUSHDOWN_KEY,
-    DeltaLogBatchReader,
-    DeltaLogPushdownReader,
-    ReadSettings,
-    spark_schema,
-)
+from replay.spark.batch_reader import DeltaLogBatchReader, DeltaLogPushdownReader
+from replay.spark.schema import spark_schema
 from replay.spark.session_conf import SessionLink
+from replay.spark.settings import PUSHDOWN_KEY, ReadSettings
 from replay.txn.write import write_table
 from tests.paths import GOLDEN_ROOT
 
@@ -58,6 +54,16 @@ COLUMN_MAPPING = GOLDEN_ROOT / "delta-rs/table_with_column_mapping/delta"
 def deltalog(spark: Any) -> Iterator[Any]:
     register(spark)
     yield spark
+
+
+@pytest.fixture
+def pushdown(deltalog: Any) -> Iterator[Any]:
+    """The session with filter pushdown turned on (``register`` leaves it off)."""
+    deltalog.conf.set(PUSHDOWN_KEY, "true")
+    try:
+        yield deltalog
+    finally:
+        deltalog.conf.unset(PUSHDOWN_KEY)
 
 
 @pytest.fixture(scope="module")
@@ -118,14 +124,14 @@ def spark_side_filters(frame: Any) -> str:
     ],
 )
 def test_filters_prune_partitions_and_statistics(
-    deltalog: Any, table: Path, tmp_path: Path, case: tuple[str, Callable[[dict[str, Any]], bool], str | None]
+    pushdown: Any, table: Path, tmp_path: Path, case: tuple[str, Callable[[dict[str, Any]], bool], str | None]
 ) -> None:
     where, matches, left_to_spark = case
     everything = DeltaLog.for_table(str(table)).snapshot().to_arrow().to_pylist()
     expected = sorted((tuple(row.values()) for row in everything if matches(row)), key=repr)
     copy = tmp_path / "copy"
     assert copy_without_unmatched(table, copy, matches) >= 12  # of 16 files
-    frame = deltalog.read.format("deltalog").load(str(copy)).where(where)
+    frame = pushdown.read.format("deltalog").load(str(copy)).where(where)
     assert rows_of(frame) == expected and expected
     filters = spark_side_filters(frame)
     if left_to_spark is None:  # decided by partition values: Spark does not filter again
@@ -134,13 +140,13 @@ def test_filters_prune_partitions_and_statistics(
         assert left_to_spark in filters and "(part" not in filters
 
 
-def test_a_query_no_file_can_match_reads_nothing(deltalog: Any, table: Path) -> None:
-    frame = deltalog.read.format("deltalog").load(str(table))
+def test_a_query_no_file_can_match_reads_nothing(pushdown: Any, table: Path) -> None:
+    frame = pushdown.read.format("deltalog").load(str(table))
     assert frame.where("part = 9").count() == 0  # no partition left: Spark plans one empty one
     assert frame.where("id > 1000").collect() == []
 
 
-def test_column_mapping_partition_values_and_statistics_prune(deltalog: Any, tmp_path: Path) -> None:
+def test_column_mapping_partition_values_and_statistics_prune(pushdown: Any, tmp_path: Path) -> None:
     everything = DeltaLog.for_table(str(COLUMN_MAPPING)).snapshot().to_arrow().to_pylist()
     for index, (where, matches) in enumerate(
         [
@@ -155,16 +161,16 @@ def test_column_mapping_partition_values_and_statistics_prune(deltalog: Any, tmp
             if not any(matches(row) for row in everything if row["Company Very Short"] == company):
                 (copy / add.path).unlink()
         assert len(list(copy.rglob("*.parquet"))) == 1
-        frame = deltalog.read.format("deltalog").load(str(copy)).where(where)
+        frame = pushdown.read.format("deltalog").load(str(copy)).where(where)
         expected = sorted((tuple(row.values()) for row in everything if matches(row)), key=repr)
         assert rows_of(frame) == expected and expected
 
 
-def test_nan_satisfies_spark_comparisons_that_statistics_leave_out(deltalog: Any, tmp_path: Path) -> None:
+def test_nan_satisfies_spark_comparisons_that_statistics_leave_out(pushdown: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "nan")
     write_deltalake(path, pa.table({"x": pa.array([1.0, math.nan, 3.0])}))  # statistics: max 3.0
     assert '"maxValues":{"x":3.0}' in (DeltaLog.for_table(path).snapshot().files()[0].stats or "")
-    frame = deltalog.read.format("deltalog").load(path)
+    frame = pushdown.read.format("deltalog").load(path)
     assert [row.x for row in frame.where("x > 5").collect()] == [pytest.approx(math.nan, nan_ok=True)]
     assert sorted(row.x for row in frame.where("x < 2").collect()) == [1.0]
 
@@ -197,33 +203,83 @@ def test_push_filters_returns_what_partition_values_do_not_decide(table: Path) -
     assert with_null.partitions() == []
 
 
-def test_pushdown_turned_off_reads_without_it(deltalog: Any, table: Path) -> None:
-    before = deltalog.read.format("deltalog").load(str(table))  # planned while pushdown is on
+def test_pushdown_turned_off_reads_without_it(pushdown: Any, table: Path) -> None:
+    before = pushdown.read.format("deltalog").load(str(table))  # planned while pushdown is on
     expected = sorted(((i, 2, f"n{i:04d}") for i in range(200, 300)), key=repr)
-    deltalog.conf.set(PUSHDOWN_KEY, "false")
-    try:
-        after = deltalog.read.format("deltalog").load(str(table)).where("part = 2")
-        assert rows_of(after) == expected
-        assert rows_of(before.where("part = 2")) == expected
-        assert "part" in spark_side_filters(after)  # Spark filters every row itself
-    finally:
-        deltalog.conf.set(PUSHDOWN_KEY, "true")
+    pushdown.conf.set(PUSHDOWN_KEY, "false")
+    after = pushdown.read.format("deltalog").load(str(table)).where("part = 2")
+    assert rows_of(after) == expected
+    assert rows_of(before.where("part = 2")) == expected
+    assert "part" in spark_side_filters(after)  # Spark filters every row itself
 
 
-def test_register_respects_pushdown_turned_off_and_the_reader_follows_the_session(deltalog: Any) -> None:
-    deltalog.conf.set(PUSHDOWN_KEY, "false")
+def test_register_leaves_pushdown_off_and_the_reader_follows_the_session(
+    deltalog: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    deltalog.conf.unset(PUSHDOWN_KEY)
     try:
-        source = register(deltalog)
-        assert deltalog.conf.get(PUSHDOWN_KEY) == "false"
+        with caplog.at_level("WARNING", logger="replay.spark"):
+            source = register(deltalog)
+        assert deltalog.conf.get(PUSHDOWN_KEY) == "false" and not caplog.records
         instance = source({"path": str(COLUMN_MAPPING)})
         schema = instance.schema()
         assert type(instance.reader(schema)) is DeltaLogBatchReader
         deltalog.conf.set(PUSHDOWN_KEY, "true")
         assert type(source({"path": str(COLUMN_MAPPING)}).reader(schema)) is DeltaLogPushdownReader
+        with caplog.at_level("WARNING", logger="replay.spark"):
+            register(deltalog)  # the user's choice stays, with a warning about what it costs
+        assert deltalog.conf.get(PUSHDOWN_KEY) == "true"
+        assert "later queries of that DataFrame" in caplog.text
     finally:
         deltalog.conf.unset(PUSHDOWN_KEY)
         register(deltalog)
-    assert deltalog.conf.get(PUSHDOWN_KEY) == "true"
+
+
+def _queries_after_filtered_ones(spark: Any, table: Path) -> list[tuple[str, int, int]]:
+    """``(query, rows read, rows expected)`` of a sequence of queries on one DataFrame, a fresh
+    DataFrame and a view, each query following filtered ones (partition filters, statistics
+    filters and both)."""
+    everything = DeltaLog.for_table(str(table)).snapshot().to_arrow().to_pylist()
+    total = len(everything)
+    frame = spark.read.format("deltalog").load(str(table))
+    results: list[tuple[str, int, int]] = []
+
+    def check(name: str, query: Any, expected: int) -> None:
+        results.append((name, len(query.collect()), expected))
+
+    for where, matches in [
+        ("part = 2", lambda r: r["part"] == 2),
+        ("id < 30", lambda r: r["id"] < 30),
+        ("part = 1 AND id >= 150", lambda r: r["part"] == 1 and r["id"] >= 150),
+    ]:
+        check(where, frame.where(where), sum(1 for row in everything if matches(row)))
+        results.append((f"count after {where}", frame.count(), total))
+        check(f"rows after {where}", frame, total)
+        check(f"untranslatable filter after {where}", frame.where("id + 1 > 0"), total)
+    fresh = spark.read.format("deltalog").load(str(table))
+    results.append(("fresh load after a filtered query", fresh.count(), total))
+    frame.createOrReplaceTempView("after_filters")
+    check("filtered view", spark.sql("SELECT * FROM after_filters WHERE part = 3"), 100)
+    results.append(("view after a filtered query", spark.table("after_filters").count(), total))
+    spark.catalog.dropTempView("after_filters")
+    return results
+
+
+def test_every_query_after_filtered_ones_reads_its_own_rows(deltalog: Any, table: Path) -> None:
+    """With ``register``'s settings, no query inherits the file pruning of an earlier one."""
+    results = _queries_after_filtered_ones(deltalog, table)
+    assert [(name, read) for name, read, _ in results] == [(name, expected) for name, _, expected in results]
+
+
+def test_with_pushdown_on_spark_reuses_a_pushed_read_for_later_queries(pushdown: Any, table: Path) -> None:
+    """Why pushdown stays off: PySpark 4.3 stores the read planned with a query's pushed filters on
+    the relation, and a later query of the same DataFrame that pushes no filter reuses it without
+    asking the reader. Should this fail after a PySpark upgrade, Spark no longer shares pushed
+    reads between queries, and ``register`` may turn pushdown on again."""
+    frame = pushdown.read.format("deltalog").load(str(table))
+    assert frame.where("part = 2").count() == 100
+    assert frame.count() == 100  # not 400: the files the filter pruned are missing
+    assert pushdown.read.format("deltalog").load(str(table)).count() == 400  # a new relation
 
 
 def test_the_session_link_stays_on_the_driver(deltalog: Any) -> None:

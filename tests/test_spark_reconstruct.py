@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from replay.delta_log import DeltaLog
-from replay.protocol.actions import RemoveFile, action_from_dict
+from replay.protocol.actions import RemoveFile, SetTransaction, action_from_dict
 from replay.protocol.paths import canonicalize_path
 from replay.spark import reconstruct_state
 from replay.txn.transaction import commit_actions as commit
@@ -92,3 +92,32 @@ def test_checkpoint_removes_and_time_travel(spark: Any, tmp_path: Path) -> None:
     assert len(state["add"]) == 4
     assert len(state["remove"]) == 3
     assert spark_state(spark, log, 3) == driver_state(log, 3)
+
+
+def test_expired_tombstones_and_transactions_are_dropped_by_the_table_retention(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    retention = {
+        "delta.deletedFileRetentionDuration": "interval 1 hour",
+        "delta.setTransactionRetentionDuration": "interval 1 hour",
+    }
+    for index in range(3):
+        write_table(path, pa.table({"id": [index]}), configuration=retention)
+    log = DeltaLog.for_table(path)
+    now = int(time.time() * 1000)
+    old, recent = now - 2 * 3600 * 1000, now - 60 * 1000
+    first, second = log.snapshot().files()[:2]
+    commit(
+        log.io,
+        [
+            RemoveFile(path=first.path, deletion_timestamp=old, data_change=True),
+            RemoveFile(path=second.path, deletion_timestamp=recent, data_change=True),
+            SetTransaction(app_id="stale", version=1, last_updated=old),
+            SetTransaction(app_id="fresh", version=2, last_updated=recent),
+        ],
+    )
+    state = spark_state(spark, log)
+    assert state == driver_state(log)
+    assert [r.path for r in state["remove"]] == [canonicalize_path(second.path)]
+    assert [t.app_id for t in state["txn"]] == ["fresh"]

@@ -17,7 +17,8 @@ from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.protocol.timestamps import to_timestamp_ms
 from replay.spark import register
-from replay.spark.datasource import TIME_ZONE_KEY, InvalidOptionError, ReadSettings
+from replay.spark.options import TIME_ZONE_KEY, InvalidOptionError
+from replay.spark.settings import ReadSettings
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 pytestmark = pytest.mark.spark

@@ -15,6 +15,7 @@ import re
 import shutil
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +296,60 @@ def test_three_threads_of_four_spark_appends(deltalog: Any, tmp_path: Path) -> N
     assert all(commit_info(log, v)["isBlindAppend"] for v in range(1, 13))
 
 
+def test_writers_and_readers_in_a_thread_pool(deltalog: Any, tmp_path: Path) -> None:
+    """Frames built on the main thread, written and read from pool threads whose JVM threads have
+    no active session (``createDataFrame`` would make one active: not used here)."""
+    path, copy = str(tmp_path / "t"), str(tmp_path / "copy")
+    empty = pa.table({"id": pa.array([], pa.int64()), "writer": pa.array([], pa.int64())})
+    write_table(path, empty)  # concurrent creations of one table conflict, as in Delta
+    frames = [
+        deltalog.range(w * 10, w * 10 + 5).selectExpr("id", f"CAST({w} AS BIGINT) AS writer").coalesce(1)
+        for w in range(4)
+    ]
+
+    def append(frame: Any) -> None:
+        frame.write.format("deltalog").mode("append").save(path)
+
+    def stream_copy() -> int:
+        query = (
+            deltalog.readStream.format("deltalog")
+            .load(path)
+            .writeStream.format("deltalog")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start(copy)
+        )
+        query.awaitTermination()
+        return int(deltalog.read.format("deltalog").load(copy).count())
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(append, frames))
+        assert pool.submit(lambda: deltalog.read.format("deltalog").load(path).count()).result() == 20
+        assert pool.submit(stream_copy).result() == 20
+    log = DeltaLog.for_table(path)
+    commits = sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.json"))
+    assert commits == [f"{v:020d}.json" for v in range(5)]  # one version per write, no gap
+    rows = sorted((row["writer"], row["id"]) for row in ours(path).to_pylist())
+    assert rows == [(w, w * 10 + k) for w in range(4) for k in range(5)]
+    assert all(commit_info(log, v)["isBlindAppend"] for v in range(1, 5))
+
+
+def test_a_write_leaves_its_thread_without_the_session_it_made_active(deltalog: Any) -> None:
+    from replay.spark.active_session import active_in_jvm_thread
+
+    def active() -> bool:
+        return bool(deltalog._jvm.org.apache.spark.sql.SparkSession.getActiveSession().isDefined())
+
+    def in_a_new_thread() -> tuple[bool, bool, bool]:
+        before = active()
+        with active_in_jvm_thread(deltalog):
+            during = active()
+        return before, during, active()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(in_a_new_thread).result() == (False, True, False)
+
+
 def race_append_against_overwrite(spark: Any, uri: str, conf: dict[str, str]) -> None:
     """A Python overwrite reads the table, a Spark append commits, then the overwrite commits."""
     write_table(uri, pa.table({"id": [1, 2]}), conf=conf)
@@ -480,7 +535,7 @@ def test_streaming_sink_complete_mode_overwrites_each_batch(deltalog: Any, tmp_p
 
 
 def test_options_arrive_in_lower_case_and_are_read_as_delta_spells_them() -> None:
-    from replay.spark.datasource import storage_conf
+    from replay.spark.settings import storage_conf
     from replay.spark.writer import streaming_app_id, write_options
     from replay.txn.write_plan import InvalidWriteOptionError
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from logstores import create_log_store
 from logstores.base import FileStatus
+from replay import Metadata, Protocol, TableConfiguration
 from replay.delta_log import DeltaLog
 from replay.log.checkpoint_instances import CheckpointFormat
 from replay.log.checkpoints import read_json_checkpoint, read_parquet_checkpoint, sidecar_status
@@ -31,7 +32,6 @@ from replay.log.log_segment import LogSegment, load_log_segment
 from replay.protocol.actions import action_from_dict
 from replay.protocol.errors import MissingProtocolOrMetadataError
 from replay.protocol.paths import canonicalize_path, file_key
-from replay.protocol.table_properties import DELETED_FILE_RETENTION, SET_TRANSACTION_RETENTION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,6 +45,7 @@ RESULT_DDL = "kind STRING, path STRING, action STRING"
 for file actions, and the action as one Delta log JSON line."""
 
 _SKIPPED_KINDS = frozenset({"commitInfo", "cdc", "checkpointMetadata", "sidecar"})
+_CONFIGURATION_KINDS = ("protocol", "metaData")
 
 
 def _log_lines(kind: str, path: str, size: int, conf: Mapping[str, str]) -> Iterator[bytes]:
@@ -117,9 +118,10 @@ def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | N
         for status in _checkpoint_files(delta_log, segment)
     ]
     tasks += [(end, "commit", status.path, status.size) for _, end, status in segment.replay_files]
-    file_cutoff, txn_cutoff = retention_cutoffs(
-        _latest_configuration(delta_log, segment), int(time.time() * 1000)
-    )
+    config = _table_configuration(delta_log, segment)
+    now_ms = int(time.time() * 1000)
+    file_cutoff = config.min_file_retention_timestamp(now_ms)
+    txn_cutoff = config.min_set_transaction_retention_timestamp(now_ms)
     partitions = int(spark.conf.get(SNAPSHOT_PARTITIONS_KEY, None) or DEFAULT_SNAPSHOT_PARTITIONS)
     if partitions <= 0:
         raise ValueError(f"{SNAPSHOT_PARTITIONS_KEY} must be positive, got {partitions}")
@@ -131,13 +133,6 @@ def reconstruct_state(spark: SparkSession, delta_log: DeltaLog, version: int | N
     ordered = actions.repartition(partitions, F.col("key")).sortWithinPartitions("version", "line")
     replayed = ordered.rdd.mapPartitions(lambda part: _replay_partition(part, file_cutoff, txn_cutoff))
     return spark.createDataFrame(replayed, RESULT_DDL)
-
-
-def retention_cutoffs(configuration: Mapping[str, str], now_ms: int) -> tuple[int, int | None]:
-    """(min file retention timestamp, min set-transaction retention timestamp or ``None``)."""
-    files = now_ms - DELETED_FILE_RETENTION.value_in(configuration)
-    txn = SET_TRANSACTION_RETENTION.value_in(configuration)
-    return files, (now_ms - txn if txn is not None else None)
 
 
 def _segment(delta_log: DeltaLog, version: int | None) -> LogSegment:
@@ -167,36 +162,50 @@ def _checkpoint_files(delta_log: DeltaLog, segment: LogSegment) -> list[FileStat
     return [top, *(sidecar_status(delta_log.log_path, sidecar) for sidecar in sidecars)]
 
 
-def _latest_configuration(delta_log: DeltaLog, segment: LogSegment) -> dict[str, str]:
-    """The configuration of the segment's newest ``metaData`` action, read on the driver.
+def _table_configuration(delta_log: DeltaLog, segment: LogSegment) -> TableConfiguration:
+    """The :class:`~replay.TableConfiguration` of the segment's newest ``protocol`` and ``metaData``,
+    read on the driver: it decides the retention of tombstones and transactions.
 
     Commits are scanned newest first (a cheap substring test before parsing), then only the
-    ``metaData`` column of the checkpoint is read. Raises :class:`MissingProtocolOrMetadataError`.
+    ``protocol`` and ``metaData`` columns of the checkpoint are read. Raises
+    :class:`MissingProtocolOrMetadataError`.
     """
+    found: dict[str, dict[str, Any]] = {}
     store = delta_log.store
     for _, _, status in reversed(segment.replay_files):
         raw = store.read_bytes(status.path)
-        if b"metaData" not in raw:
+        if b"metaData" not in raw and b"protocol" not in raw:
             continue
         for action in reversed(parse_json_lines(raw, status.path)):
-            if action.get("metaData") is not None:
-                return dict(action["metaData"].get("configuration") or {})
-    for status in segment.checkpoint_files:
+            for kind in _CONFIGURATION_KINDS:
+                if action.get(kind) is not None:
+                    found.setdefault(kind, action[kind])
+        if len(found) == len(_CONFIGURATION_KINDS):
+            break
+    for status in segment.checkpoint_files if len(found) < len(_CONFIGURATION_KINDS) else ():
         if status.name.endswith(".json"):
             rows = parse_json_lines(store.read_bytes(status.path), status.path)
         else:
             with store.open_file(status) as stream:
                 parquet = pq.ParquetFile(stream)
-                if "metaData" not in parquet.schema_arrow.names:
-                    continue
-                rows = parquet.read(columns=["metaData"]).to_pylist(maps_as_pydicts="lossy")
+                columns = [kind for kind in _CONFIGURATION_KINDS if kind in parquet.schema_arrow.names]
+                rows = parquet.read(columns=columns).to_pylist(maps_as_pydicts="lossy") if columns else []
         for row in rows:
-            if row.get("metaData") is not None:
-                return dict(row["metaData"].get("configuration") or {})
-    raise MissingProtocolOrMetadataError(
-        f"[DELTA_STATE_RECOVER_ERROR] The metadata of table {delta_log.table_path} could not be recovered "
-        f"while reconstructing version {segment.version}.",
-        table=str(delta_log.table_path),
-        version=segment.version,
-        missing="metadata",
+            for kind in _CONFIGURATION_KINDS:
+                if row.get(kind) is not None:
+                    found.setdefault(kind, row[kind])
+    missing = [kind for kind in _CONFIGURATION_KINDS if kind not in found]
+    if missing:
+        what = "metadata" if "metaData" in missing else "protocol"
+        raise MissingProtocolOrMetadataError(
+            f"[DELTA_STATE_RECOVER_ERROR] The {what} of table {delta_log.table_path} could not be "
+            f"recovered while reconstructing version {segment.version}.",
+            table=str(delta_log.table_path),
+            version=segment.version,
+            missing=what,
+        )
+    return TableConfiguration(
+        Protocol.from_dict(found["protocol"]),
+        Metadata.from_dict(found["metaData"]),
+        str(delta_log.table_path),
     )

@@ -42,6 +42,7 @@ from replay.log.table_io import TableIO
 from replay.protocol.actions import AddFile
 from replay.protocol.schema import StructType as DeltaSchema
 from replay.protocol.schema import parse_schema
+from replay.spark.options import bool_option, column_list, int_value, lower_keys
 from replay.txn.data_writer import WrittenFile, delete_data_files, write_batches
 from replay.txn.transaction import transaction_committed
 from replay.txn.write_plan import (
@@ -65,38 +66,6 @@ NOT_TABLE_PROPERTIES = ("delta.logstore.",)
 
 
 # -- options ------------------------------------------------------------------------------------
-def _illegal(name: str, value: str, explanation: str) -> InvalidWriteOptionError:
-    return InvalidWriteOptionError(
-        f"[DELTA_ILLEGAL_OPTION] Invalid value '{value}' for option '{name}', {explanation}"
-    )
-
-
-def _bool(options: Mapping[str, str], key: str, name: str) -> bool:
-    value = options.get(key)
-    if value is None:
-        return False
-    lowered = value.strip().lower()
-    if lowered not in ("true", "false"):
-        raise _illegal(name, value, "must be 'true' or 'false'")
-    return lowered == "true"
-
-
-def _int(value: str | None, name: str) -> int | None:
-    if value is None or value.strip() == "":
-        return None
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise _illegal(name, value, "must be an integer") from None
-
-
-def _columns(value: str | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    names = [name.strip().strip("`") for name in value.split(",")]
-    return tuple(name for name in names if name)
-
-
 def write_options(
     options: Mapping[str, str], session_conf: Mapping[str, str], *, overwrite: bool
 ) -> WriteOptions:
@@ -104,13 +73,16 @@ def write_options(
 
     Raises :class:`InvalidWriteOptionError` naming an option with an invalid value.
     """
-    lowered = {str(key).lower(): str(value) for key, value in options.items()}
-    txn_version = _int(lowered.get("txnversion"), "txnVersion")
-    overwrite_mode = lowered.get("partitionoverwritemode")
-    if overwrite_mode is None and "replacewhere" not in lowered:  # an explicit replaceWhere wins
+    given = lower_keys(options)
+    error = InvalidWriteOptionError
+    txn_version = int_value(given.get("txnversion"), "txnVersion", error=error)
+    overwrite_mode = given.get("partitionoverwritemode")
+    if overwrite_mode is None and "replacewhere" not in given:  # an explicit replaceWhere wins
         overwrite_mode = session_conf.get(PARTITION_OVERWRITE_MODE_KEY)
-    max_records = _int(
-        lowered.get("maxrecordsperfile", session_conf.get(MAX_RECORDS_PER_FILE_KEY)), "maxRecordsPerFile"
+    max_records = int_value(
+        given.get("maxrecordsperfile", session_conf.get(MAX_RECORDS_PER_FILE_KEY)),
+        "maxRecordsPerFile",
+        error=error,
     )
     configuration = {
         key: value
@@ -119,14 +91,14 @@ def write_options(
     }
     return WriteOptions(
         mode="overwrite" if overwrite else "append",
-        partition_by=_columns(lowered.get("partitionby")),
-        merge_schema=_bool(lowered, "mergeschema", "mergeSchema"),
-        overwrite_schema=_bool(lowered, "overwriteschema", "overwriteSchema"),
-        replace_where=lowered.get("replacewhere"),
+        partition_by=column_list(given.get("partitionby")),
+        merge_schema=bool_option(given, "mergeschema", "mergeSchema", error=error),
+        overwrite_schema=bool_option(given, "overwriteschema", "overwriteSchema", error=error),
+        replace_where=given.get("replacewhere"),
         partition_overwrite_mode=(overwrite_mode or "static").strip().lower(),
-        txn_app_id=lowered.get("txnappid"),
+        txn_app_id=given.get("txnappid"),
         txn_version=txn_version,
-        user_metadata=lowered.get("usermetadata", session_conf.get(USER_METADATA_KEY)),
+        user_metadata=given.get("usermetadata", session_conf.get(USER_METADATA_KEY)),
         max_records_per_file=max_records,
         configuration=configuration,
     )
