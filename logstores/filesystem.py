@@ -42,6 +42,8 @@ def filesystem_class(scheme: str, path: str | None = None, *, log: bool = False)
     log file (``log``) it also names the setting of a store that needs no fsspec filesystem.
     """
     protocol = fsspec_protocol(scheme)
+    if protocol in ("gs", "gcs"):
+        return _gcs_json_api_class()
     try:
         return fsspec.get_filesystem_class(protocol)
     except ValueError:  # fsspec raises it only for an unknown protocol
@@ -59,6 +61,18 @@ def filesystem_class(scheme: str, path: str | None = None, *, log: bool = False)
         f"that uses it, or under the entry-point group 'fsspec.specs' of an installed package "
         f"({protocol} = your_package:YourFileSystem) so Spark's Python workers find it too{alternative}"
     )
+
+
+def _gcs_json_api_class() -> type[AbstractFileSystem]:
+    """gcsfs's JSON-API filesystem, as the GCS store uses: fsspec's entry for ``gs`` is whatever
+    ``gcsfs.GCSFileSystem`` was when gcsfs was first imported, which, unless
+    ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` was ``false`` then, probes every bucket's type over gRPC
+    first (a minute against an emulator)."""
+    try:
+        from gcsfs.core import GCSFileSystem
+    except ImportError:
+        return fsspec.get_filesystem_class("gs")  # fsspec's own error: what to install
+    return GCSFileSystem
 
 
 def open_filesystem(uri: str, conf: Mapping[str, str] | None = None) -> tuple[AbstractFileSystem, str]:

@@ -416,15 +416,21 @@ started = time.monotonic()
 store.write(first, ["x"])
 names = [status.path.rsplit("/", 1)[-1] for status in store.list_from(first)]
 base = type(store.filesystem(first)).__mro__[1]
+from logstores import open_filesystem  # data files (and deletion vectors) go through fsspec
+fs, path = open_filesystem(sys.argv[2] + "/part-0.parquet", json.loads(sys.argv[1]))
+fs.pipe_file(path, b"data")
+data = fs.cat_file(path)
 print(json.dumps({"changed": changed, "names": names, "seconds": time.monotonic() - started,
-                  "base": f"{base.__module__}.{base.__name__}"}))
+                  "base": f"{base.__module__}.{base.__name__}", "data_class": type(fs).__name__,
+                  "data": data.decode()}))
 """
 
 
 @pytest.mark.timeout(120)
 def test_gcs_store_needs_no_process_wide_setting(gcs_server: GCSServer) -> None:
-    """gcsfs imported first, without GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT: the store still lists in
-    seconds on the emulator (no bucket-type probe), and importing the store changes no variable."""
+    """gcsfs imported first, without GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT: the store still lists, and
+    data files are still written and read, in seconds on the emulator (no bucket-type probe), and
+    importing the store changes no variable."""
     env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
     env["PYTHONPATH"] = str(REPO_ROOT)
     uri = f"gs://{gcs_server.create_bucket()}/t"
@@ -436,6 +442,7 @@ def test_gcs_store_needs_no_process_wide_setting(gcs_server: GCSServer) -> None:
     assert report["names"] == ["0" * 20 + ".json"]
     assert report["seconds"] < 15
     assert report["base"] == "gcsfs.core.GCSFileSystem"
+    assert (report["data_class"], report["data"]) == ("GCSFileSystem", "data")
 
 
 def test_azure_missing_container(azurite_server: Azurite) -> None:
