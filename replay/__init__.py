@@ -30,22 +30,32 @@ from replay.protocol.actions import (
 from replay.protocol.errors import (
     AppendOnlyTableError,
     ChangeDataFeedNotEnabledError,
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
     ConcurrentModificationError,
+    ConcurrentTransactionException,
     CorruptLogError,
     DataLossError,
     DeltaError,
     IncompatibleSchemaChangeError,
+    MetadataChangedException,
     MissingProtocolOrMetadataError,
     MissingVersionsError,
+    ProtocolChangedException,
     TableAlreadyExistsError,
     TableNotFoundError,
     TimestampOutOfRangeError,
     UnsupportedTableFeatureError,
     VersionNotFoundError,
 )
+from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
+from replay.table import DeltaTable
 from replay.txn.checkpoint_writer import CheckpointResult
+from replay.txn.committer import Committer, FileSystemCommitter
+from replay.txn.transaction import CommitOutcome, Transaction
 from replay.txn.write import delete_files, write_table
 
 __all__ = [
@@ -57,20 +67,31 @@ __all__ = [
     "CheckpointMetadata",
     "CheckpointResult",
     "CommitInfo",
+    "CommitOutcome",
+    "Committer",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentDeleteReadException",
     "ConcurrentModificationError",
+    "ConcurrentTransactionException",
     "CorruptLogError",
     "DataLossError",
     "DeletionVectorDescriptor",
     "DeltaError",
     "DeltaLog",
+    "DeltaTable",
     "DomainMetadata",
+    "FileSystemCommitter",
     "Format",
     "InMemoryLogReplay",
     "IncompatibleSchemaChangeError",
+    "IsolationLevel",
     "Metadata",
+    "MetadataChangedException",
     "MissingProtocolOrMetadataError",
     "MissingVersionsError",
     "Protocol",
+    "ProtocolChangedException",
     "RemoveFile",
     "SetTransaction",
     "Sidecar",
@@ -80,6 +101,7 @@ __all__ = [
     "TableIO",
     "TableNotFoundError",
     "TimestampOutOfRangeError",
+    "Transaction",
     "UnsupportedTableFeatureError",
     "VersionNotFoundError",
     "delete_files",

@@ -25,16 +25,19 @@ LAYERS: dict[str, int] = {
     "replay.state": 4,
     "replay.txn": 5,
     "replay.cdc": 5,
-    "replay.delta_log": 6,
-    "replay": 7,
-    "replay.__main__": 7,
-    "replay.spark": 7,
-    "replay.cli": 7,
-    "replay.testing": 7,
+    "replay.dml": 6,
+    "replay.maintenance": 6,
+    "replay.delta_log": 7,
+    "replay.table": 7,
+    "replay": 8,
+    "replay.__main__": 8,
+    "replay.spark": 8,
+    "replay.cli": 8,
+    "replay.testing": 8,
 }
 """Layer of each package or module (the longest matching prefix wins); a module may import its
 own layer and those below. ``replay`` itself is its ``__init__``: the public API, on top."""
-SIBLINGS = {frozenset({"replay.txn", "replay.cdc"})}
+SIBLINGS = {frozenset({"replay.txn", "replay.cdc"}), frozenset({"replay.dml", "replay.maintenance"})}
 """Packages on one layer that must not import each other."""
 
 
