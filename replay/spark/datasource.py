@@ -69,6 +69,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from logstores import check_log_store_conf
 from logstores.conf import to_conf_dict
 from replay.cdc import (
     BASE_INDEX,
@@ -760,6 +761,7 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     planned. Returns the ``deltalog`` class.
     """
     conf = _captured_settings(spark)
+    check_log_store_conf(conf)  # every store setting, now rather than at the first load
     zone = session_time_zone(spark)
     if zone is not None:
         conf[TIME_ZONE_KEY] = zone
