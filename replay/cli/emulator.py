@@ -57,7 +57,7 @@ class Running:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``deltalog emulator``."""
-    parser.add_argument("kind", choices=sorted(DEFAULT_PORTS), help="which object store to emulate")
+    parser.add_argument("kind", choices=list(DEFAULT_PORTS), help="which object store to emulate")
     parser.add_argument(
         "--bucket",
         type=_bucket_name,
