@@ -36,6 +36,7 @@ DEFAULT_PORTS = {"s3": 9000, "gcs": 4443, "azure": 10000}
 POLL_INTERVAL_S = 0.5
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 TESTING_EXTRA = "pip install -e '.[testing]' (from a checkout of delta-logstores)"
+AZURE_EXTRA = "pip install -e '.[testing,azure]' (from a checkout of delta-logstores)"
 
 
 class EmulatorError(Exception):
@@ -113,7 +114,7 @@ def _start(kind: str, port: int, bucket: str) -> AbstractContextManager[Running]
 
 @contextlib.contextmanager
 def _s3(server_context: AbstractContextManager[MotoServer], bucket: str) -> Iterator[Running]:
-    _require("boto3", "the S3 emulator's bucket is created with boto3: pip install boto3")
+    _require("boto3", f"the bucket is created with boto3, part of the testing extra: {TESTING_EXTRA}")
     with server_context as server:
         server.create_bucket(bucket)
         yield Running("S3 (moto_server)", server.endpoint, server.pid, "s3", "s3a", bucket, server.s3a_conf())
@@ -128,7 +129,7 @@ def _gcs(server_context: AbstractContextManager[GCSServer], bucket: str) -> Iter
 
 @contextlib.contextmanager
 def _azure(server_context: AbstractContextManager[Azurite], bucket: str) -> Iterator[Running]:
-    _require("azure.storage.blob", "the Azure store needs adlfs: pip install adlfs")
+    _require("azure.storage.blob", f"the container is created with the azure extra's SDK: {AZURE_EXTRA}")
     with server_context as server:
         server.create_container(bucket)
         conf = {"spark.hadoop.fs.azure.storage.connection.string": server.connection_string()}
