@@ -15,7 +15,12 @@ from logstores.filesystem import FileSystemLogStore, open_filesystem
 from logstores.hdfs import HDFSLogStore
 from logstores.local import LocalLogStore
 from logstores.memory import MemoryLogStore
-from logstores.provider import LOG_STORE_CLASS_KEY, create_log_store, explain_log_store
+from logstores.provider import (
+    LOG_STORE_CLASS_KEY,
+    check_log_store_conf,
+    create_log_store,
+    explain_log_store,
+)
 from logstores.registry import KNOWN_LOG_STORES, load_log_store_class
 
 __all__ = [
@@ -42,6 +47,7 @@ __all__ = [
     "S3LogStore",
     "S3SingleDriverLogStore",
     "StoreChoice",
+    "check_log_store_conf",
     "create_log_store",
     "explain_log_store",
     "load_log_store_class",

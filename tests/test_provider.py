@@ -201,16 +201,16 @@ def test_a_class_that_is_not_a_log_store() -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("no_such_module.Store", "cannot import no_such_module"),
-        ("tests.custom_stores.Missing", "tests.custom_stores has no attribute Missing"),
-        ("NoDots", "expected an alias, a Delta class name or a Python path"),
-        ("io.delta.storage.UnknownLogStore", "cannot import io.delta.storage"),
+        ("no_such_module.Store", "there is no Python module no_such_module"),
+        ("tests.custom_stores.Missing", "module tests.custom_stores has no attribute 'Missing'"),
+        ("NoDots", "it is not an alias, a Delta class name or a plugin"),
+        ("io.delta.storage.UnknownLogStore", "there is no Python module io.delta.storage"),
     ],
 )
 def test_classes_that_cannot_be_loaded(name: str, message: str) -> None:
     with pytest.raises(LogStoreConfError, match=message) as error:
         create_log_store({"delta.logStore.class": name})
-    assert f"delta.logStore.class = {name}" in str(error.value)
+    assert f"'{name}' for key delta.logStore.class" in str(error.value)
 
 
 def test_missing_optional_package_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,7 +263,7 @@ def test_entry_point_plugins(tmp_path: Path) -> None:
         check=True,
     )
     assert result.stdout.strip() == "AcmeLogStore"
-    missing = script.replace('"acme"})', '"acme-typo"})')
+    missing = script.replace('"acme"})', '"no-such-plugin"})')
     result = subprocess.run(
         [sys.executable, "-c", missing],
         env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"},
@@ -311,9 +311,11 @@ def test_a_bare_local_path_is_a_file_path(key: str, path: str) -> None:
     store = create_log_store(conf)
     assert type(store.get_delegate(path)).__name__ == "CustomLogStore"  # type: ignore[attr-defined]
     assert explain_log_store(path, conf).reason == f"{key} = {CUSTOM}"
-    with pytest.raises(LogStoreConfError, match=f"{key} = no.such.StoreClass"):
-        create_log_store({key: "no.such.StoreClass"}).write(f"{path}/0.json", ["x"])
-    with pytest.raises(LogStoreConfError, match=f"{key} = no.such.StoreClass"):
+    with pytest.raises(LogStoreConfError, match=f"'no.such.StoreClass' for key {key}"):
+        create_log_store({key: "no.such.StoreClass"})
+    with pytest.raises(LogStoreConfError, match=f"'no.such.StoreClass' for key {key}"):
+        DelegatingLogStore({key: "no.such.StoreClass"}).write(f"{path}/0.json", ["x"])
+    with pytest.raises(LogStoreConfError, match=f"'no.such.StoreClass' for key {key}"):
         explain_log_store(path, {key: "no.such.StoreClass"})
 
 

@@ -194,9 +194,9 @@ class MotoServer:
             region_name=AWS_TEST_REGION,
         )
 
-    def create_bucket(self) -> str:
-        """A new, empty bucket; its name."""
-        bucket = unique_name("bucket")
+    def create_bucket(self, name: str | None = None) -> str:
+        """A new, empty bucket named ``name`` (default: a unique name); its name."""
+        bucket = name or unique_name("bucket")
         self.client("s3").create_bucket(Bucket=bucket)
         return bucket
 
@@ -224,8 +224,9 @@ class MotoServer:
 
 
 @contextlib.contextmanager
-def running_moto(env: dict[str, str] | None = None) -> Iterator[MotoServer]:
-    """``moto_server`` (from ``moto[server]``) for the duration of the block.
+def running_moto(env: dict[str, str] | None = None, port: int = 0) -> Iterator[MotoServer]:
+    """``moto_server`` (from ``moto[server]``) for the duration of the block, on ``port`` (0: a
+    free port).
 
     ``env`` adds environment variables, e.g. ``{"INITIAL_NO_AUTH_ACTION_COUNT": "0"}`` to make it
     check credentials.
@@ -233,7 +234,7 @@ def running_moto(env: dict[str, str] | None = None) -> Iterator[MotoServer]:
     executable = shutil.which("moto_server") or _beside_python("moto_server")
     if executable is None:
         raise EmulatorNotInstalledError("moto_server is not installed: pip install 'moto[server]'")
-    port = free_port()
+    port = port or free_port()
     endpoint = f"http://127.0.0.1:{port}"
     argv = [executable, "-H", "127.0.0.1", "-p", str(port)]
     server = ServerProcess("moto_server", argv, f"{endpoint}/moto-api/", env)
@@ -257,9 +258,9 @@ class GCSServer:
     endpoint: str
     pid: int = 0
 
-    def create_bucket(self) -> str:
-        """A new, empty bucket; its name."""
-        bucket = unique_name("bucket")
+    def create_bucket(self, name: str | None = None) -> str:
+        """A new, empty bucket named ``name`` (default: a unique name); its name."""
+        bucket = name or unique_name("bucket")
         request = urllib.request.Request(
             f"{self.endpoint}/storage/v1/b?project={GCS_PROJECT}",
             data=json.dumps({"name": bucket}).encode(),
@@ -293,10 +294,11 @@ def fake_gcs_server_binary() -> Path:
 
 
 @contextlib.contextmanager
-def running_fake_gcs() -> Iterator[GCSServer]:
-    """fake-gcs-server (in-memory backend, plain HTTP) for the duration of the block."""
+def running_fake_gcs(port: int = 0) -> Iterator[GCSServer]:
+    """fake-gcs-server (in-memory backend, plain HTTP) for the duration of the block, on ``port``
+    (0: a free port)."""
     binary = fake_gcs_server_binary()
-    port = free_port()
+    port = port or free_port()
     endpoint = f"http://127.0.0.1:{port}"
     argv = [
         str(binary),
@@ -329,11 +331,11 @@ class Azurite:
             f"BlobEndpoint={endpoint or self.endpoint}/{AZURITE_ACCOUNT};"
         )
 
-    def create_container(self) -> str:
-        """A new, empty container; its name."""
+    def create_container(self, name: str | None = None) -> str:
+        """A new, empty container named ``name`` (default: a unique name); its name."""
         from azure.storage.blob import BlobServiceClient
 
-        container = unique_name("container")
+        container = name or unique_name("container")
         with BlobServiceClient.from_connection_string(self.connection_string()) as service:
             service.create_container(container)
         return container
@@ -373,10 +375,11 @@ def find_azurite(search_roots: Sequence[Path] = ()) -> Path:
 
 
 @contextlib.contextmanager
-def running_azurite(search_roots: Sequence[Path] = ()) -> Iterator[Azurite]:
-    """Azurite's blob service (in-memory) for the duration of the block (see :func:`find_azurite`)."""
+def running_azurite(search_roots: Sequence[Path] = (), port: int = 0) -> Iterator[Azurite]:
+    """Azurite's blob service (in-memory) for the duration of the block (see :func:`find_azurite`),
+    on ``port`` (0: a free port)."""
     program = find_azurite(search_roots)
-    port = free_port()
+    port = port or free_port()
     endpoint = f"http://127.0.0.1:{port}"
     argv = [
         str(program),

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from logstores import LogStoreConfError, explain_log_store
 from logstores.conf import parse_spark_defaults
 from logstores.redaction import SecretFilter, redact, redact_url, scrub, secret_values
+from replay.cli.emulator import EMULATOR_HELP, cmd_emulator
+from replay.cli.emulator import configure_parser as configure_emulator
 
 if TYPE_CHECKING:  # pyarrow is imported by the commands that read tables
     from pyarrow import RecordBatch, Table
@@ -285,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = command("demo", cmd_demo, "Build a small table and show every feature on it.")
     demo.add_argument("directory", nargs="?", default="demo-table")
     demo.add_argument("--no-spark", action="store_true", help="skip the PySpark part")
+
+    configure_emulator(command("emulator", cmd_emulator, EMULATOR_HELP))
     return parser
 
 

@@ -42,6 +42,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from logstores import check_log_store_conf
 from logstores.conf import to_conf_dict
 from replay.delta_log import DeltaLog
 from replay.spark.active_session import install as install_active_session
@@ -226,6 +227,7 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     JVM thread (:mod:`replay.spark.active_session`). Returns the ``deltalog`` class.
     """
     conf = _captured_settings(spark)
+    check_log_store_conf(conf)  # every store setting, now rather than at the first load
     zone = session_time_zone(spark)
     if zone is not None:
         conf[TIME_ZONE_KEY] = zone
