@@ -40,7 +40,7 @@ from replay.protocol.sql.bound import (
     Bound,
     is_constant,
 )
-from replay.protocol.sql.casts import can_cast
+from replay.protocol.sql.casts import can_cast, cast_mismatch_class
 from replay.protocol.sql.errors import ExpressionEvaluationError, resolution_error
 from replay.protocol.sql.evaluate import Context, evaluate
 from replay.protocol.sql.functions import FUNCTIONS, CallSite
@@ -121,6 +121,7 @@ class Binder:
         if isinstance(node, syntax.IsNull):
             return BIsNull(types.BOOLEAN, node.position, child(node.operand), node.negated)
         if isinstance(node, syntax.IsBool):
+            _same_kind_or_fail(child(node.operand), BLiteral(types.BOOLEAN, -1, pa.scalar(True)), site)
             operand = coercion.implicit(
                 child(node.operand), coercion.BOOLEAN, site, 0, syntax.to_sql(node.operand)
             )
@@ -157,7 +158,7 @@ class Binder:
         if not can_cast(operand.type, node.type):
             raise site.mismatch(
                 f'cannot cast "{types.type_name(operand.type)}" to "{types.type_name(node.type)}"',
-                "CAST_WITHOUT_SUGGESTION",
+                cast_mismatch_class(operand.type, node.type),
             )
         if operand.type == node.type:
             return operand
@@ -242,6 +243,7 @@ class Binder:
 
     def _binary(self, op: str, left: Bound, right: Bound, site: coercion.Site, node: syntax.Binary) -> Bound:
         if op in ("AND", "OR"):
+            _same_kind_or_fail(left, right, site)
             left = coercion.implicit(left, coercion.BOOLEAN, site, 0, syntax.to_sql(node.left))
             right = coercion.implicit(right, coercion.BOOLEAN, site, 1, syntax.to_sql(node.right))
             return (BAnd if op == "AND" else BOr)(types.BOOLEAN, node.position, left, right)
@@ -288,12 +290,12 @@ class Binder:
         if decimal:
             left, right = self._as_decimal(left), self._as_decimal(right)
             result = types.decimal_result(op, left.type, right.type)
-            return BCall(result, node.position, op, (left, right), operators.arithmetic)
+            return BCall(result, node.position, op, (left, right), operators.arithmetic, null_skips=True)
         common = types.wider_numeric(lt, rt)
         if op == "/":
             common = types.DOUBLE
         left, right = coercion.cast_to(left, common), coercion.cast_to(right, common)
-        return BCall(common, node.position, op, (left, right), operators.arithmetic)
+        return BCall(common, node.position, op, (left, right), operators.arithmetic, null_skips=True)
 
     def _as_decimal(self, node: Bound) -> Bound:
         if pa.types.is_decimal(node.type):
@@ -312,7 +314,7 @@ class Binder:
                 "BINARY_OP_WRONG_TYPE",
             )
         days = coercion.implicit(right, coercion.INTEGER, site, 1, syntax.to_sql(node.right))
-        return BCall(types.DATE, node.position, op, (left, days), operators.date_arithmetic)
+        return BCall(types.DATE, node.position, op, (left, days), operators.date_arithmetic, null_skips=True)
 
     def _case(self, node: syntax.Case, child: object, site: coercion.Site) -> Bound:
         assert callable(child)
@@ -334,6 +336,17 @@ class Binder:
         values = [self._fold(value) for value in values]
         whens = tuple(zip(conditions, values[:-1], strict=True))
         return BCase(data_type, node.position, whens, values[-1])
+
+
+def _same_kind_or_fail(left: Bound, right: Bound, site: coercion.Site) -> None:
+    """A BOOLEAN next to a type that cannot become one is Spark's ``BINARY_OP_DIFF_TYPES``."""
+    kinds = [coercion.implicit_target(side.type, coercion.BOOLEAN) is not None for side in (left, right)]
+    if kinds[0] != kinds[1]:
+        raise site.mismatch(
+            "the left and right operands of the binary operator have incompatible types "
+            f'("{types.type_name(left.type)}" and "{types.type_name(right.type)}")',
+            "BINARY_OP_DIFF_TYPES",
+        )
 
 
 def _no_columns(scope: str, name: str) -> pa.Array:

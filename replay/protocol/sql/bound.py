@@ -63,12 +63,16 @@ Kernel = Callable[[Sequence[Value], "BCall"], Value]
 
 @dataclass(frozen=True, eq=False)
 class BCall(Bound):
-    """An operator or function computed by ``kernel`` from its evaluated arguments."""
+    """An operator or function computed by ``kernel`` from its evaluated arguments.
+
+    ``null_skips``: null in, null out, and (as Spark's binary expressions do) an argument is
+    evaluated only for rows where the ones before it are not null."""
 
     name: str
     args: tuple[Bound, ...]
     kernel: Kernel
     options: tuple[object, ...] = ()
+    null_skips: bool = False
 
     def children(self) -> tuple[Bound, ...]:
         return self.args

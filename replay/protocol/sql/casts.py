@@ -53,6 +53,17 @@ def can_cast(source: pa.DataType, target: pa.DataType) -> bool:
     return False
 
 
+def cast_mismatch_class(source: pa.DataType, target: pa.DataType) -> str:
+    """Spark's error sub-class of a cast ANSI mode does not allow (which alternative it suggests)."""
+    if (pa.types.is_date(source) and types.is_numeric(target)) or (
+        pa.types.is_date(target) and types.is_numeric(source)
+    ):
+        return "CAST_WITH_FUNC_SUGGESTION"
+    if types.is_binary(target) and types.is_numeric(source):
+        return "CAST_WITH_CONF_SUGGESTION"
+    return "CAST_WITHOUT_SUGGESTION"
+
+
 def cast(value: Value, source: pa.DataType, target: pa.DataType, position: int) -> Value:
     """``value`` (of ``source``) as ``target``; an ``ExpressionEvaluationError`` where one does not fit."""
     if source == target:
@@ -146,7 +157,10 @@ def _numeric(array: pa.Array, source: pa.DataType, target: pa.DataType, position
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             wide = whole.cast(_WIDE, safe=False) if not types.is_fractional(source) else whole
             info = (-(2 ** (target.bit_width - 1)), 2 ** (target.bit_width - 1) - 1)
-            low, high = (pa.scalar(v, types.DOUBLE if types.is_fractional(source) else _WIDE) for v in info)
+            fractional = types.is_fractional(source)
+            low, high = (
+                pa.scalar(float(v) if fractional else v, types.DOUBLE if fractional else _WIDE) for v in info
+            )
             bad = pc.or_(pc.less(wide, low), pc.greater(wide, high))
             raise _overflow(array, source, target, bad, position) from None
     # to DECIMAL

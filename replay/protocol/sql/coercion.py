@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from replay.protocol.sql import datatypes as types
 from replay.protocol.sql.bound import BCast, BLiteral, Bound
-from replay.protocol.sql.errors import ExpressionError, resolution_error
+from replay.protocol.sql.casts import cast
+from replay.protocol.sql.errors import ExpressionError, ExpressionEvaluationError, resolution_error
 
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
@@ -31,11 +32,15 @@ class Site:
 
 
 def cast_to(node: Bound, target: pa.DataType) -> Bound:
-    """``node`` as ``target`` (an implicit cast node unless it already has that type)."""
+    """``node`` as ``target``: a literal cast now (unless that fails: then when evaluated), any
+    other node through an implicit cast node (none if it already has that type)."""
     if node.type == target:
         return node
-    if isinstance(node, BLiteral) and not node.value.is_valid:
-        return BLiteral(target, node.position, pa.scalar(None, target))
+    if isinstance(node, BLiteral):
+        try:
+            return BLiteral(target, node.position, cast(node.value, node.type, target, node.position))
+        except (ExpressionEvaluationError, pa.ArrowException):
+            pass
     return BCast(target, node.position, node)
 
 

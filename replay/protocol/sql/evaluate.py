@@ -115,9 +115,17 @@ def _compute(node: Bound, context: Context) -> Value:
     if isinstance(node, BCast):
         return cast(evaluate(node.child, context), node.child.type, node.type, node.position)
     if isinstance(node, BCall):
-        return node.kernel([evaluate(arg, context) for arg in node.args], node)
+        if not node.null_skips:
+            return node.kernel([evaluate(arg, context) for arg in node.args], node)
+        values = [evaluate(node.args[0], context)]
+        for arg in node.args[1:]:
+            values.append(_needed(arg, context, lambda: _all_valid(values)))
+        return node.kernel(values, node)
     if isinstance(node, BCompare):
-        return operators.compare(node.op, evaluate(node.left, context), evaluate(node.right, context))
+        left = evaluate(node.left, context)
+        if node.op == "<=>":
+            return operators.compare(node.op, left, evaluate(node.right, context))
+        return operators.compare(node.op, left, _needed(node.right, context, lambda: pc.is_valid(left)))
     if isinstance(node, BAnd | BOr):
         return _logic(node, context)
     if isinstance(node, BNot):
@@ -155,13 +163,27 @@ def _column(node: BColumn, context: Context) -> Value:
     return array
 
 
-def _needed(node: Bound, context: Context, mask: Value) -> Value:
-    """``node`` where ``mask`` (non-null booleans) is true; other rows may be anything."""
-    if isinstance(mask, pa.Scalar):
-        return evaluate(node, context) if mask.as_py() else pa.scalar(None, node.type)
+def _all_valid(values: list[Value]) -> Value:
+    valid = pc.is_valid(values[0])
+    for value in values[1:]:
+        valid = pc.and_(valid, pc.is_valid(value))
+    return valid
+
+
+def _needed(node: Bound, context: Context, rows: Value | Callable[[], Value]) -> Value:
+    """``node`` where ``rows`` (booleans, or a function computing them when they are needed) is
+    true; other rows may be anything (null here)."""
+    if isinstance(rows, pa.Scalar) and not rows.as_py():
+        return pa.scalar(None, node.type)
     try:
         return evaluate(node, context)
     except ExpressionEvaluationError:
+        mask = rows() if callable(rows) else rows
+        if isinstance(mask, pa.Scalar):
+            if mask.as_py():
+                raise
+            return pa.scalar(None, node.type)
+        mask = pc.fill_null(mask, False)
         if pc.all(mask).as_py():
             raise
         if not pc.any(mask).as_py():

@@ -89,13 +89,14 @@ def scalar(
     *,
     min_args: int | None = None,
     variadic: bool = False,
+    null_skips: bool = False,
 ) -> FunctionSpec:
     """A function of ``kinds`` of arguments (the last repeats if ``variadic``) computed by ``kernel``."""
 
     def bind(args: list[Bound], call: CallSite) -> Bound:
         typed = _coerce(args, kinds, call)
         data_type = result(typed) if callable(result) else result
-        return BCall(data_type, call.site.position, name, tuple(typed), kernel)
+        return BCall(data_type, call.site.position, name, tuple(typed), kernel, null_skips=null_skips)
 
     low = len(kinds) if min_args is None else min_args
     return FunctionSpec(name, low, None if variadic else len(kinds), bind)
@@ -318,13 +319,14 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         FunctionSpec("current_date", 0, 0, _bind_now("date")),
         FunctionSpec("current_timestamp", 0, 0, _bind_now("timestamp")),
         FunctionSpec("now", 0, 0, _bind_now("timestamp")),
-        scalar("date_add", [coercion.DATE, coercion.INTEGER], types.DATE, _date_shift(+1)),
-        scalar("date_sub", [coercion.DATE, coercion.INTEGER], types.DATE, _date_shift(-1)),
+        scalar("date_add", [coercion.DATE, coercion.INTEGER], types.DATE, _date_shift(+1), null_skips=True),
+        scalar("date_sub", [coercion.DATE, coercion.INTEGER], types.DATE, _date_shift(-1), null_skips=True),
         scalar(
             "datediff",
             [coercion.DATE, coercion.DATE],
             types.INT,
             lambda args, node: pc.subtract(_days(args[0]), _days(args[1])),
+            null_skips=True,
         ),
         scalar("year", [coercion.DATE], types.INT, _part(pc.year)),
         scalar("month", [coercion.DATE], types.INT, _part(pc.month)),

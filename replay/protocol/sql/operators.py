@@ -76,6 +76,12 @@ def is_in(value: Value, values: pa.Array) -> Value:
 def _raise_arrow(exc: pa.ArrowException, node: BCall) -> ExpressionError:
     message = str(exc)
     if "overflow" in message.lower():
+        if types.is_integral(node.type) and node.type.bit_width < 32 and len(node.args) == 2:
+            return evaluation_error(
+                "BINARY_ARITHMETIC_OVERFLOW",
+                f"{types.type_name(node.type)} {node.name} caused overflow",
+                node.position,
+            )
         return evaluation_error("ARITHMETIC_OVERFLOW", "overflow", node.position)
     return evaluation_error("ARITHMETIC_ERROR", message, node.position)
 

@@ -264,10 +264,9 @@ class _Parser:
         first = self.advance()
         parts = [str(first.value) if first.kind == "quoted" else first.text]
         while self.take_op(".") is not None:
-            part = self.advance()
-            if part.kind not in ("word", "quoted"):
-                self.index -= 1
+            if self.token.kind not in ("word", "quoted"):
                 raise self.error("a field name after '.'")
+            part = self.advance()
             parts.append(str(part.value) if part.kind == "quoted" else part.text)
         return syntax.Column(tuple(parts), position=first.position)
 
@@ -290,17 +289,15 @@ class _Parser:
         self.expect_op("(")
         operand = self.expression()
         self.expect_word("as")
-        name = self.advance()
-        if name.kind != "word":
-            self.index -= 1
+        if self.token.kind != "word":
             raise self.error("a type name")
+        name = self.advance()
         arguments: list[int] = []
         if self.take_op("(") is not None:
             while True:
-                number = self.advance()
-                if number.kind != "number" or not number.text.isdigit():
-                    self.index -= 1
+                if self.token.kind != "number" or not self.token.text.isdigit():
                     raise self.error("a number")
+                number = self.advance()
                 arguments.append(int(number.text))
                 if self.take_op(")") is not None:
                     break
