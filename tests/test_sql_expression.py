@@ -170,6 +170,7 @@ def test_evaluation_errors_are_their_own_type() -> None:
         ('"dq"', "dq", pa.string()),
         ("'a\\tb\\u0041\\101\\%'", "a\tbAA\\%", pa.string()),
         ("'a' 'b'", "ab", pa.string()),
+        ("'\\u000012\\\\%'", "\x0012\\%", pa.string()),
         ("X'0aFF'", b"\n\xff", pa.binary()),
         ("TRUE", True, pa.bool_()),
         ("NULL", None, pa.null()),

@@ -204,7 +204,7 @@ def cast_type_sql(data_type: pa.DataType) -> str:
     return types.type_name(data_type)
 
 
-_STRING_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+_STRING_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def string_sql(value: str) -> str:
