@@ -201,11 +201,11 @@ def _logic(node: BAnd | BOr, context: Context) -> Value:
     if isinstance(node, BAnd):
         if isinstance(left, pa.Scalar) and left.as_py() is False:
             return left
-        right = _needed(node.right, context, pc.fill_null(left, True))
+        right = _needed(node.right, context, lambda: pc.fill_null(left, True))
         return pc.and_kleene(left, right)
     if isinstance(left, pa.Scalar) and left.as_py() is True:
         return left
-    right = _needed(node.right, context, pc.invert(pc.fill_null(left, False)))
+    right = _needed(node.right, context, lambda: pc.invert(pc.fill_null(left, False)))
     return pc.or_kleene(left, right)
 
 
