@@ -228,6 +228,25 @@ def test_results_have_the_data_s_length_and_layout() -> None:
     assert isinstance(constant, pa.ChunkedArray) and constant.to_pylist() == ["x"] * 4
 
 
+def test_assignments_store_values_as_spark_stores_them() -> None:
+    assert parse_expression("b + 1").bind(DATA.schema).assign(pa.int64()).evaluate(DATA).to_pylist() == [
+        4,
+        1,
+        6,
+        None,
+    ]
+    assert parse_expression("m").bind(DATA.schema).assign(pa.string()).evaluate(DATA).to_pylist()[0] == "1.50"
+    assert parse_expression("d").bind(DATA.schema).assign(pa.timestamp("us", "UTC")).type == pa.timestamp(
+        "us", "UTC"
+    )
+    with pytest.raises(ExpressionEvaluationError, match="CAST_OVERFLOW"):
+        parse_expression("a * 1000000000").bind(DATA.schema).assign(pa.int32()).evaluate(DATA)
+    with pytest.raises(
+        ExpressionError, match=r'CANNOT_SAFELY_CAST\] Cannot safely cast `b` "STRING" to "INT"'
+    ):
+        parse_expression("s").bind(DATA.schema).assign(pa.int32(), "b")
+
+
 def test_a_bound_expression_casts_as_cast_does() -> None:
     narrowed = parse_expression("a * 1000000000").bind(DATA.schema).cast(pa.int32())
     with pytest.raises(ExpressionEvaluationError, match="CAST_OVERFLOW"):

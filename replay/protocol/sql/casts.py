@@ -53,6 +53,18 @@ def can_cast(source: pa.DataType, target: pa.DataType) -> bool:
     return False
 
 
+def can_store_assign(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a value of ``source`` may be stored into a column of ``target`` under ANSI store
+    assignment (Spark's ``canANSIStoreAssign``)."""
+    if types.sql_equal(source, target) or pa.types.is_null(source):
+        return True
+    if types.is_numeric(source) and types.is_numeric(target):
+        return True
+    if types.is_atomic(source) and types.is_string(target):
+        return True
+    return types.is_datetime(source) and types.is_datetime(target)
+
+
 def cast_mismatch_class(source: pa.DataType, target: pa.DataType) -> str:
     """Spark's error sub-class of a cast ANSI mode does not allow (which alternative it suggests)."""
     if (pa.types.is_date(source) and types.is_numeric(target)) or (

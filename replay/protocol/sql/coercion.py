@@ -131,10 +131,14 @@ def comparison_operands(left: Bound, right: Bound, site: Site, op: str) -> tuple
     if narrowed is not None:
         return narrowed, right
     target = types.wider_type(left.type, right.type)
-    if target is None or (not types.is_atomic(target) and op not in ("=", "!=", "<=>")):
+    if target is None:
         raise site.mismatch(
             "the left and right operands of the binary operator have incompatible types "
             f'("{types.type_name(left.type)}" and "{types.type_name(right.type)}")',
             "BINARY_OP_DIFF_TYPES",
+        )
+    if not types.is_atomic(target):  # Spark compares structs, arrays and maps; this evaluator does not
+        raise site.mismatch(
+            f'{op} of "{types.type_name(target)}" values is not supported', "UNSUPPORTED_TYPE"
         )
     return cast_to(left, target), cast_to(right, target)

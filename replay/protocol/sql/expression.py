@@ -26,6 +26,7 @@ from replay.protocol.sql import coercion, syntax
 from replay.protocol.sql import datatypes as types
 from replay.protocol.sql.binder import Binder, Scopes
 from replay.protocol.sql.bound import BAnd, BCompare, BLiteral, Bound, references
+from replay.protocol.sql.casts import can_cast, can_store_assign
 from replay.protocol.sql.errors import ExpressionError
 from replay.protocol.sql.evaluate import Context, batch_source, broadcast, evaluate
 from replay.protocol.sql.parser import parse
@@ -184,6 +185,8 @@ class BoundExpression:
         """Where a boolean expression is true (``False`` where it is false or null)."""
         self._require_boolean()
         result = self.evaluate(data, columns)
+        if pa.types.is_null(result.type):
+            result = result.cast(types.BOOLEAN)
         return result.fill_null(False)
 
     def to_predicate(self, scope: str | None = None) -> Predicate:
@@ -212,17 +215,29 @@ class BoundExpression:
 
     def cast(self, target: pa.DataType) -> BoundExpression:
         """This expression cast to ``target`` as ``CAST(... AS target)`` casts (ANSI)."""
-        from replay.protocol.sql.casts import can_cast
-
         if not can_cast(self.type, target):
-            raise ExpressionError(
-                f'[DATATYPE_MISMATCH.CAST_WITHOUT_SUGGESTION] cannot cast "{types.type_name(self.type)}" to '
-                f'"{types.type_name(target)}"',
-                text=self.text,
-                error_class="DATATYPE_MISMATCH.CAST_WITHOUT_SUGGESTION",
-                kind=self.kind,
+            raise self._cast_error("DATATYPE_MISMATCH.CAST_WITHOUT_SUGGESTION", "cannot cast", target)
+        return BoundExpression(self.text, coercion.cast_to(self.node, target), self.kind)
+
+    def assign(self, target: pa.DataType, column: str = "") -> BoundExpression:
+        """This expression as a value stored into a column of ``target`` (``UPDATE SET c = ...``,
+        MERGE's assignments): Spark's ANSI store assignment, which takes numbers into any number
+        type (failing at run time on overflow), any value into a string, dates and timestamps
+        into each other, and nothing else (a string is not stored into an INT column)."""
+        if not can_store_assign(self.type, target):
+            where = f" `{column}`" if column else ""
+            raise self._cast_error(
+                "INCOMPATIBLE_DATA_FOR_TABLE.CANNOT_SAFELY_CAST", f"Cannot safely cast{where}", target
             )
         return BoundExpression(self.text, coercion.cast_to(self.node, target), self.kind)
+
+    def _cast_error(self, error_class: str, what: str, target: pa.DataType) -> ExpressionError:
+        return ExpressionError(
+            f'[{error_class}] {what} "{types.type_name(self.type)}" to "{types.type_name(target)}"',
+            text=self.text,
+            error_class=error_class,
+            kind=self.kind,
+        )
 
 
 def _split_bound(node: Bound) -> list[Bound]:
