@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -316,8 +316,7 @@ class Binder:
         days = coercion.implicit(right, coercion.INTEGER, site, 1, syntax.to_sql(node.right))
         return BCall(types.DATE, node.position, op, (left, days), operators.date_arithmetic, null_skips=True)
 
-    def _case(self, node: syntax.Case, child: object, site: coercion.Site) -> Bound:
-        assert callable(child)
+    def _case(self, node: syntax.Case, child: Callable[[syntax.Node], Bound], site: coercion.Site) -> Bound:
         operand = child(node.operand) if node.operand is not None else None
         conditions: list[Bound] = []
         for when, _ in node.whens:

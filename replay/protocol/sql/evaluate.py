@@ -6,10 +6,15 @@ array); each node is computed once per batch for all its rows (results are cache
 scalars until the end, where they are broadcast to the batch's length.
 
 SQL evaluates some operands only for some rows: a ``CASE`` branch only where it is chosen, the
-right side of ``AND`` only where the left is not false (of ``OR``: not true). Evaluation is
-optimistic: such an operand is computed for every row, and only if that raises an
+right side of ``AND`` only where the left is not false (of ``OR``: not true), a ``COALESCE``
+argument only where the ones before it are null, an ``IN`` item only for a non-null value not
+matched yet, and (as Spark's binary operators do) the right side of an arithmetic operator or
+a comparison only where the left side is not null. Evaluation is optimistic: such an operand is
+computed for every row, and only if that raises an
 :class:`~replay.protocol.sql.errors.ExpressionEvaluationError` (``1 / 0`` in a branch no row
 takes) is it computed again for the rows that need it, which fail only if one of them fails.
+(Spark's generated code can evaluate a subexpression shared by several expressions of one
+query for every row, and then fail where this evaluator does not.)
 """
 
 from __future__ import annotations
