@@ -262,6 +262,8 @@ def test_a_bound_expression_casts_as_cast_does() -> None:
         ("5L > id", None, Compare(("id",), "<", pa.scalar(5, pa.int64()))),
         ("day = '2024-01-31'", None, Compare(("day",), "=", pa.scalar(dt.date(2024, 1, 31)))),
         ("NOT (amount > 1)", None, Compare(("amount",), "<=", pa.scalar(D("1.00"), pa.decimal128(7, 2)))),
+        ("amount = 1.5", None, Compare(("amount",), "=", pa.scalar(D("1.50"), pa.decimal128(7, 2)))),
+        ("`my col` < 3L", None, Compare(("my col",), "<", pa.scalar(3, pa.int16()))),
         ("id = 2.5", None, FALSE),
         ("id != 2.5", None, IsNull(("id",), negated=True)),
         ("id IN (1, 2.5, NULL)", None, In(("id",), (pa.scalar(1, pa.int64()),))),
@@ -292,6 +294,8 @@ def test_conditions_give_exact_pruning_predicates(text: str, scope: str | None, 
     ],
 )
 def test_what_pruning_cannot_express_is_opaque(text: str) -> None:
+    # (a literal outside the column's type in an ordering, like ``id > 2.5``, could be rounded
+    # to one; it is left opaque, which prunes nothing)
     assert isinstance(parse_expression(text).bind(TARGET).to_predicate(), Opaque)
 
 

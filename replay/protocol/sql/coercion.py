@@ -111,15 +111,25 @@ def common(nodes: list[Bound], site: Site, function: str) -> tuple[list[Bound], 
     return [cast_to(node, target) for node in nodes], target
 
 
+def _exact_number(data_type: pa.DataType) -> bool:
+    return types.is_integral(data_type) or pa.types.is_decimal(data_type)
+
+
 def _narrowed(node: Bound, other: pa.DataType) -> Bound | None:
-    """An integral literal as the other side's (narrower) integral type, when it fits exactly:
-    comparing an INT column with ``5L`` then casts the literal, not the column."""
-    if not (isinstance(node, BLiteral) and types.is_integral(node.type) and types.is_integral(other)):
+    """An exact-number literal as the other side's exact-number type, when it converts without
+    loss: comparing an INT column with ``5L`` or a DECIMAL(5,2) column with ``1`` then converts
+    the literal, not the column (the comparison's result is the same: both types are exact)."""
+    if not (isinstance(node, BLiteral) and node.value.is_valid and node.type != other):
         return None
-    value = node.value.as_py()
-    if value is None or not -(2 ** (other.bit_width - 1)) <= value < 2 ** (other.bit_width - 1):
+    if not (_exact_number(node.type) and _exact_number(other)):
         return None
-    return BLiteral(other, node.position, pa.scalar(value, other))
+    try:
+        converted = cast(node.value, node.type, other, node.position)
+        if cast(converted, other, node.type, node.position) != node.value:
+            return None
+    except (ExpressionEvaluationError, pa.ArrowException):
+        return None
+    return BLiteral(other, node.position, converted)
 
 
 def comparison_operands(left: Bound, right: Bound, site: Site, op: str) -> tuple[Bound, Bound]:
