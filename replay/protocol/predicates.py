@@ -8,7 +8,8 @@ A :data:`Predicate` is a small tree of comparisons of one column with literals (
   or a list of such lists (OR of ANDs);
 * :func:`from_expression`: a :class:`pyarrow.compute.Expression`, read from its printed form;
   any part that is not read with certainty becomes :class:`Opaque` (no pruning, never a wrong one);
-* :mod:`replay.protocol.sql_predicate` reads SQL text (``replaceWhere``, ``deltalog read --filter``);
+* :mod:`replay.protocol.sql` reads SQL expressions (``replaceWhere``, ``deltalog read --filter``,
+  DML conditions) and gives their prunable part;
 * the Spark data source converts Spark's pushed filters (``replay.spark``).
 
 :func:`to_expression` turns a predicate without opaque parts back into a pyarrow expression for
