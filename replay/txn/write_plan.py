@@ -341,22 +341,41 @@ def plan_write(
         removes_data=options.overwrite and snapshot is not None,
         previous=snapshot.config if snapshot is not None else None,
     )
-    schema = metadata.schema
-    spec = FileWriteSpec(
-        table_path=table,
-        schema=schema.to_arrow(),
-        partition_columns=tuple(metadata.partition_columns),
-        conf=dict(io.conf),
-        num_indexed_cols=config.num_indexed_cols,
-        string_prefix_length=config.string_prefix_length,
-        max_records_per_file=options.max_records_per_file
-        if options.max_records_per_file and options.max_records_per_file > 0
-        else None,
+    spec = file_write_spec(
+        io,
+        config,
+        max_records_per_file=options.max_records_per_file,
         replace_where=replace_where.text if replace_where is not None else None,
-        not_null=tuple(f.name for f in schema.fields if not f.nullable),
     )
     return WritePlan(
         table, options, read_version, protocol, metadata, commit_protocol, commit_metadata, spec, committed
+    )
+
+
+def file_write_spec(
+    io: TableIO,
+    config: TableConfiguration,
+    *,
+    max_records_per_file: int | None = None,
+    replace_where: str | None = None,
+) -> FileWriteSpec:
+    """How data files of a table in ``config`` are written: its columns and partitioning, the
+    statistics it collects, and the rules every written row must satisfy (NOT NULL columns, a
+    ``replaceWhere``). The one place a writer's :class:`FileWriteSpec` comes from: ``write_table``,
+    the Spark writers, and the row-level and maintenance operations."""
+    schema = config.metadata.schema
+    return FileWriteSpec(
+        table_path=io.table_path,
+        schema=schema.to_arrow(),
+        partition_columns=tuple(config.metadata.partition_columns),
+        conf=dict(io.conf),
+        num_indexed_cols=config.num_indexed_cols,
+        string_prefix_length=config.string_prefix_length,
+        max_records_per_file=max_records_per_file
+        if max_records_per_file and max_records_per_file > 0
+        else None,
+        replace_where=replace_where,
+        not_null=tuple(f.name for f in schema.fields if not f.nullable),
     )
 
 
