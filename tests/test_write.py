@@ -175,14 +175,20 @@ def test_tables_with_unsupported_writer_features_are_refused() -> None:
     mapped = Metadata(id="m", schema_string="{}", configuration={"delta.columnMapping.mode": "name"})
     with pytest.raises(UnsupportedTableFeatureError, match=r"file:///t: .*columnMapping"):
         check_writable(Protocol(2, 5), mapped, "file:///t")
+    identity = '{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":'
+    identity += '{"delta.identity.start":1,"delta.identity.step":1}}]}'
+    with pytest.raises(UnsupportedTableFeatureError, match="identityColumns") as caught:
+        check_writable(Protocol(1, 6), Metadata(id="m", schema_string=identity), "file:///t")
+    assert caught.value.features == ["identityColumns"]
+    # invariants, CHECK constraints and generated columns are enforced by the writer
     invariant = '{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":'
     invariant += '{"delta.invariants":"{\\"expression\\":{\\"expression\\":\\"x > 3\\"}}"}}]}'
-    with pytest.raises(UnsupportedTableFeatureError, match="invariants") as caught:
-        check_writable(Protocol(1, 2), Metadata(id="m", schema_string=invariant), "file:///t")
-    assert caught.value.features == ["invariants"]
+    check_writable(Protocol(1, 2), Metadata(id="m", schema_string=invariant), "file:///t")
     constrained = Metadata(id="m", schema_string="{}", configuration={"delta.constraints.positive": "x > 0"})
-    with pytest.raises(UnsupportedTableFeatureError, match="checkConstraints"):
-        check_writable(Protocol(1, 3), constrained, "file:///t")
+    check_writable(Protocol(1, 3), constrained, "file:///t")
+    check_writable(
+        Protocol(3, 7, [], ["checkConstraints", "generatedColumns", "invariants"]), constrained, "t"
+    )
     # features that are declared but not used, or that need nothing from a writer, are fine
     check_writable(Protocol(1, 4), plain, "file:///t")
     check_writable(Protocol(2, 5), plain, "file:///t")

@@ -105,6 +105,18 @@ class _Action:
         return orjson.dumps(self.to_dict()).decode("utf-8")
 
 
+TABLE_FEATURES_WRITER_VERSION = 7
+"""The writer version from which a protocol lists its writer features."""
+LEGACY_WRITER_FEATURES: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (2, ("appendOnly", "invariants")),
+    (3, ("checkConstraints",)),
+    (4, ("changeDataFeed", "generatedColumns")),
+    (5, ("columnMapping",)),
+    (6, ("identityColumns",)),
+)
+"""The writer features each legacy writer version (below 7) brings, on top of the lower ones'."""
+
+
 @dataclass(frozen=True)
 class Protocol(_Action):
     """``protocol``: the reader/writer versions and table features the table needs."""
@@ -121,6 +133,15 @@ class Protocol(_Action):
 
     def has_writer_feature(self, name: str) -> bool:
         return name in (self.writer_features or ())
+
+    def supports_writer_feature(self, name: str) -> bool:
+        """Whether writer feature ``name`` is supported: listed (writer version 7) or implied by a
+        legacy writer version (:data:`LEGACY_WRITER_FEATURES`)."""
+        if self.min_writer_version >= TABLE_FEATURES_WRITER_VERSION:
+            return self.has_writer_feature(name)
+        return any(
+            name in names for version, names in LEGACY_WRITER_FEATURES if self.min_writer_version >= version
+        )
 
 
 @dataclass(frozen=True)

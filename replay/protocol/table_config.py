@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from replay.protocol.actions import Metadata, Protocol
+from replay.protocol.constraints import TableConstraints, table_constraints
 from replay.protocol.errors import AppendOnlyTableError, UnsupportedTableFeatureError
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_properties import (
@@ -53,7 +54,9 @@ SUPPORTED_WRITER_FEATURES = frozenset(
     {
         "appendOnly",
         "invariants",
+        "checkConstraints",
         "changeDataFeed",
+        "generatedColumns",
         "inCommitTimestamp",
         "timestampNtz",
         "deletionVectors",
@@ -61,10 +64,9 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "vacuumProtocolCheck",
     }
 )
-"""Writer features whose tables this library can append to and remove whole files from."""
-WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset(
-    {"columnMapping", "identityColumns", "generatedColumns", "checkConstraints"}
-)
+"""Writer features whose tables this library can write to: it enforces invariants, CHECK
+constraints and NOT NULL columns on every written row and computes or checks generated columns."""
+WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset({"columnMapping", "identityColumns"})
 """Writer features that do not concern this writer as long as the table does not use them."""
 
 
@@ -131,14 +133,12 @@ def check_protocol_writable(protocol: Protocol, table: str) -> None:
 def features_in_use(metadata: Metadata) -> list[str]:
     """Writer features the table's metadata actually uses and this writer cannot honour.
 
-    Column invariants, CHECK constraints, generated and identity columns would have to be
-    enforced or computed on write; column mapping would change the data files' column names.
+    Identity columns would have to be generated on write; column mapping would change the data
+    files' column names. (Invariants, CHECK constraints and generated columns are enforced by
+    every data write: :mod:`replay.protocol.constraints`.)
     """
     schema_string = metadata.schema_string or ""
     used = {
-        "invariants": "delta.invariants" in schema_string,
-        "checkConstraints": any(key.startswith("delta.constraints.") for key in metadata.configuration or {}),
-        "generatedColumns": "delta.generationExpression" in schema_string,
         "identityColumns": "delta.identity." in schema_string,
         "columnMapping": metadata.column_mapping_mode != "none",
     }
@@ -149,7 +149,7 @@ def check_writable(protocol: Protocol, metadata: Metadata, table: str) -> None:
     """Raise :class:`UnsupportedTableFeatureError` if this library cannot write data files to the table.
 
     Besides the protocol (:func:`check_protocol_writable`), refused are the features the table
-    uses that a data writer would have to enforce (see :func:`features_in_use`).
+    uses that this writer cannot honour (see :func:`features_in_use`).
     """
     check_protocol_writable(protocol, table)
     in_use = features_in_use(metadata)
@@ -237,6 +237,12 @@ class TableConfiguration:
     def string_prefix_length(self) -> int:
         """How many characters of string minima and maxima the file statistics keep."""
         return DATA_SKIPPING_STRING_PREFIX_LENGTH.value_in(self.configuration)
+
+    @cached_property
+    def constraints(self) -> TableConstraints:
+        """What every written row must satisfy: CHECK constraints, NOT NULL fields, invariants,
+        generated columns (:mod:`replay.protocol.constraints`)."""
+        return table_constraints(self.protocol, self.metadata)
 
     @cached_property
     def column_mapping_mode(self) -> str:

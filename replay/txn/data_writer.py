@@ -8,7 +8,8 @@ within one partition), log paths URL-encoded, and Delta's statistics for each fi
 
 A :class:`DataFileWriter` takes Arrow batches (what a Spark task receives, or slices of a Python
 table), conforms them to the table's columns (:class:`FileWriteSpec`), checks the write's
-constraints (NOT NULL columns, a ``replaceWhere`` predicate), splits them by partition and
+constraints (the table's, :mod:`replay.txn.constraint_checks`, then a ``replaceWhere``
+predicate), splits them by partition and
 streams them into Parquet files, with row groups of about :data:`ROW_GROUP_ROWS` rows and at most
 ``max_records_per_file`` rows per file. Nothing per row happens in Python. Files go through
 :func:`logstores.open_filesystem` with the same storage settings as the log (local files are
@@ -36,10 +37,12 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
+from logstores.redaction import redact_url
 from replay.protocol.actions import AddFile
-from replay.protocol.errors import DeltaError
+from replay.protocol.constraints import TableConstraints
 from replay.protocol.paths import resolve_path
 from replay.protocol.sql_predicate import parse_predicate
+from replay.txn.constraint_checks import InvariantViolationError, RowConstraints, compile_constraints
 from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, DEFAULT_STRING_PREFIX_LENGTH, StatisticsCollector
 
 logger = logging.getLogger(__name__)
@@ -50,10 +53,6 @@ ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 128 * 1024 * 1024
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
-
-
-class InvariantViolationError(DeltaError, ValueError):
-    """Data violates a constraint of the write: a NOT NULL column or the ``replaceWhere`` predicate."""
 
 
 # -- partition values and paths ---------------------------------------------------------------
@@ -118,8 +117,11 @@ class FileWriteSpec:
 
     ``schema`` is the table's schema as Arrow (logical names, partition columns included) after
     the write; incoming columns are matched to it case-insensitively, missing ones written as
-    nulls. ``replace_where`` is checked on every row; ``not_null`` are the table's NOT NULL
-    top-level columns.
+    nulls (generated columns computed). ``constraints`` are the table's rules for every row
+    (CHECK constraints, NOT NULL fields, invariants, generated columns), as texts: each writer
+    binds them itself (:func:`~replay.txn.constraint_checks.compile_constraints`), with
+    ``write_time`` as the expressions' ``current_timestamp()``. ``replace_where`` is checked on
+    every row after them.
     """
 
     table_path: str
@@ -130,7 +132,12 @@ class FileWriteSpec:
     string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
     max_records_per_file: int | None = None
     replace_where: str | None = None
-    not_null: tuple[str, ...] = ()
+    constraints: TableConstraints = field(default_factory=TableConstraints)
+    write_time: _dt.datetime | None = None
+
+    def compile_constraints(self) -> RowConstraints | None:
+        """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
+        return compile_constraints(self.constraints, self.schema, self.table_path, self.write_time)
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -139,11 +146,16 @@ class FileWriteSpec:
         return pa.schema([f for f in self.schema if f.name not in partitions])
 
 
-def conform(data: pa.Table | pa.RecordBatch, spec: FileWriteSpec) -> pa.Table:
-    """``data`` with the table's column names, order and types; missing columns as nulls.
+def conform(
+    data: pa.Table | pa.RecordBatch, spec: FileWriteSpec, constraints: RowConstraints | None = None
+) -> pa.Table:
+    """``data`` with the table's column names, order and types; missing columns as nulls, missing
+    generated columns computed, and the table's constraints checked (``constraints``: the spec's,
+    compiled once by the caller; ``None`` when the table has none).
 
-    Raises :class:`InvariantViolationError` for a missing or null NOT NULL column and
-    :class:`ValueError` naming the column for an unknown column or a value that does not cast.
+    Raises :class:`InvariantViolationError` for a missing NOT NULL column or a row that violates a
+    constraint, and :class:`ValueError` naming the column for an unknown column or a value that
+    does not cast.
     """
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
     by_lower = {name.lower(): index for index, name in enumerate(table.column_names)}
@@ -151,15 +163,23 @@ def conform(data: pa.Table | pa.RecordBatch, spec: FileWriteSpec) -> pa.Table:
     unknown = [name for name in table.column_names if name.lower() not in known]
     if unknown:
         raise ValueError(f"Columns {unknown} are not in the schema of table {spec.table_path}")
+    not_null = set(spec.constraints.not_null_columns)
+    generated = {g.column for g in spec.constraints.generated}
+    missing: list[str] = []
     columns: list[pa.ChunkedArray | pa.Array] = []
     for target in spec.schema:
         index = by_lower.get(target.name.lower())
         if index is None:
-            if target.name in spec.not_null:
+            if target.name in not_null and target.name not in generated:
                 raise InvariantViolationError(
                     f"[DELTA_MISSING_NOT_NULL_COLUMN_VALUE] Column {target.name}, which has a NOT NULL "
-                    "constraint, is missing from the data being written into the table."
+                    "constraint, is missing from the data being written into the table "
+                    f"{redact_url(spec.table_path)}.",
+                    error_class="DELTA_MISSING_NOT_NULL_COLUMN_VALUE",
+                    constraint="NOT NULL",
+                    expression=target.name,
                 )
+            missing.append(target.name)
             columns.append(pa.nulls(table.num_rows, target.type))
             continue
         column = table.column(index)
@@ -173,12 +193,7 @@ def conform(data: pa.Table | pa.RecordBatch, spec: FileWriteSpec) -> pa.Table:
                 ) from None
         columns.append(column)
     conformed = pa.Table.from_arrays(columns, schema=spec.schema)
-    for name in spec.not_null:
-        if conformed.column(name).null_count:
-            raise InvariantViolationError(
-                f"[DELTA_NOT_NULL_CONSTRAINT_VIOLATED] NOT NULL constraint violated for column: {name}."
-            )
-    return conformed
+    return conformed if constraints is None else constraints.enforce(conformed, missing)
 
 
 def _check_replace_where(table: pa.Table, replace_where: str) -> None:
@@ -314,12 +329,13 @@ class DataFileWriter:
         self._written: list[WrittenFile] = []
         self._started: list[str] = []
         self._types = {name: spec.schema.field(name).type for name in spec.partition_columns}
+        self._constraints = spec.compile_constraints()
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         """Conform, check and write ``data`` (rows in any column order, names in any case)."""
         if data.num_rows == 0:
             return
-        table = conform(data, self.spec)
+        table = conform(data, self.spec, self._constraints)
         if self.spec.replace_where is not None:
             _check_replace_where(table, self.spec.replace_where)
         for key, part in self._split(table):

@@ -25,6 +25,7 @@ files. :func:`commit_write` commits the files once, then runs the post-commit ho
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 import uuid
@@ -36,8 +37,9 @@ import pyarrow as pa
 
 from replay.data.partition_values import parse_partition_value
 from replay.log.table_io import TableIO
-from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile
+from replay.protocol.actions import LEGACY_WRITER_FEATURES, AddFile, Metadata, Protocol, RemoveFile
 from replay.protocol.column_names import check_column_names
+from replay.protocol.constraints import CHECK_CONSTRAINT_PREFIX
 from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
 from replay.protocol.predicates import And, Compare, IsNull, Or, Predicate, to_expression
 from replay.protocol.schema import PrimitiveType, StructType
@@ -148,15 +150,6 @@ class WriteOptions:
 
 
 # -- table creation -----------------------------------------------------------------------------
-_LEGACY_WRITER_FEATURES = (
-    (2, ("appendOnly", "invariants")),
-    (3, ("checkConstraints",)),
-    (4, ("changeDataFeed", "generatedColumns")),
-    (5, ("columnMapping",)),
-    (6, ("identityColumns",)),
-)
-
-
 def _uses_timestamp_ntz(schema_string: str) -> bool:
     return '"timestamp_ntz"' in schema_string
 
@@ -164,7 +157,8 @@ def _uses_timestamp_ntz(schema_string: str) -> bool:
 def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> Protocol:
     """The smallest protocol that supports the table properties and types of a new table.
 
-    Legacy versions where they suffice (writer 2, or 4 for the change data feed); table features
+    Legacy versions where they suffice (writer 2, 3 for CHECK constraints (``delta.constraints.*``),
+    4 for the change data feed); table features
     (reader 3 / writer 7) once ``timestamp_ntz``, in-commit timestamps or deletion vectors are
     needed. Raises :class:`UnsupportedTableFeatureError` for column mapping, which this writer
     cannot write.
@@ -179,10 +173,13 @@ def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> 
     ict = ENABLE_IN_COMMIT_TIMESTAMPS.value_in(configuration)
     cdf = ENABLE_CHANGE_DATA_FEED.value_in(configuration)
     dv = ENABLE_DELETION_VECTORS.value_in(configuration)
+    checks = any(key.lower().startswith(CHECK_CONSTRAINT_PREFIX) for key in configuration)
     if not ntz and not ict and not dv:
-        return Protocol(min_reader_version=1, min_writer_version=4 if cdf else 2)
+        return Protocol(min_reader_version=1, min_writer_version=4 if cdf else 3 if checks else 2)
     writer = ["appendOnly", "invariants"]
     reader: list[str] = []
+    if checks:
+        writer.append("checkConstraints")
     if cdf:
         writer.append("changeDataFeed")
     if ict:
@@ -207,7 +204,7 @@ def protocol_for_schema(protocol: Protocol, schema_string: str) -> Protocol:
     writer = list(protocol.writer_features or ())
     if protocol.min_writer_version < 7:
         implied = (
-            names for version, names in _LEGACY_WRITER_FEATURES if protocol.min_writer_version >= version
+            names for version, names in LEGACY_WRITER_FEATURES if protocol.min_writer_version >= version
         )
         writer = [name for names in implied for name in names]
     reader = list(protocol.reader_features or ())
@@ -360,11 +357,14 @@ def file_write_spec(
     replace_where: str | None = None,
 ) -> FileWriteSpec:
     """How data files of a table in ``config`` are written: its columns and partitioning, the
-    statistics it collects, and the rules every written row must satisfy (NOT NULL columns, a
-    ``replaceWhere``). The one place a writer's :class:`FileWriteSpec` comes from: ``write_table``,
-    the Spark writers, and the row-level and maintenance operations."""
+    statistics it collects, and the rules every written row must satisfy (the table's CHECK
+    constraints, NOT NULL fields, invariants and generated columns, a ``replaceWhere``). The one
+    place a writer's :class:`FileWriteSpec` comes from: ``write_table``, the Spark writers, and the
+    row-level and maintenance operations. The constraints are bound here once, so an expression
+    this library cannot evaluate fails the write before any file is written
+    (:class:`UnsupportedTableFeatureError` naming the constraint); the spec carries their texts."""
     schema = config.metadata.schema
-    return FileWriteSpec(
+    spec = FileWriteSpec(
         table_path=io.table_path,
         schema=schema.to_arrow(),
         partition_columns=tuple(config.metadata.partition_columns),
@@ -375,8 +375,11 @@ def file_write_spec(
         if max_records_per_file and max_records_per_file > 0
         else None,
         replace_where=replace_where,
-        not_null=tuple(f.name for f in schema.fields if not f.nullable),
+        constraints=config.constraints,
+        write_time=datetime.datetime.now(datetime.UTC),
     )
+    spec.compile_constraints()
+    return spec
 
 
 def _new_table(data_schema: StructType, options: WriteOptions, table: str) -> tuple[Protocol, Metadata]:

@@ -68,9 +68,11 @@ class SqlExpression:
             ColumnReference(n.parts, n.position) for n in self.tree.walk() if isinstance(n, syntax.Column)
         )
 
-    def to_sql(self) -> str:
-        """SQL text (fully parenthesised) that parses back to the same tree."""
-        return syntax.to_sql(self.tree)
+    def to_sql(self, *, spark_names: bool = False) -> str:
+        """SQL text (fully parenthesised) that parses back to the same tree; names backquoted,
+        or with ``spark_names`` only where needed, as Spark's ``Expression.sql`` writes them (what
+        Delta's constraint errors show)."""
+        return syntax.to_sql(self.tree, syntax.quote_if_needed if spark_names else None)
 
     def bind(
         self,

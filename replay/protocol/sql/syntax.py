@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import math
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
@@ -160,44 +161,59 @@ class Call(Node):
 
 
 # -- printing ---------------------------------------------------------------------------------------
-def to_sql(node: Node) -> str:
-    """SQL text that parses back to ``node``: operators fully parenthesised, names backquoted."""
+def to_sql(node: Node, quote: Callable[[str], str] | None = None) -> str:
+    """SQL text that parses back to ``node``: operators fully parenthesised, names backquoted
+    (by ``quote`` if given: :func:`quote_if_needed` writes names as Spark's ``Expression.sql`` does)."""
+    quote = quote or quote_name
+
+    def sql(child: Node) -> str:
+        return to_sql(child, quote)
+
     if isinstance(node, Literal):
         return literal_sql(node.value, node.type)
     if isinstance(node, Column):
-        return ".".join(quote_name(part) for part in node.parts)
+        return ".".join(quote(part) for part in node.parts)
     if isinstance(node, Unary):
-        return f"(NOT {to_sql(node.operand)})" if node.op == "NOT" else f"(-({to_sql(node.operand)}))"
+        return f"(NOT {sql(node.operand)})" if node.op == "NOT" else f"(-({sql(node.operand)}))"
     if isinstance(node, Binary):
-        return f"({to_sql(node.left)} {node.op} {to_sql(node.right)})"
+        return f"({sql(node.left)} {node.op} {sql(node.right)})"
     if isinstance(node, IsNull):
-        return f"({to_sql(node.operand)} IS {'NOT ' if node.negated else ''}NULL)"
+        return f"({sql(node.operand)} IS {'NOT ' if node.negated else ''}NULL)"
     if isinstance(node, IsBool):
         return (
-            f"({to_sql(node.operand)} IS {'NOT ' if node.negated else ''}{'TRUE' if node.value else 'FALSE'})"
+            f"({sql(node.operand)} IS {'NOT ' if node.negated else ''}{'TRUE' if node.value else 'FALSE'})"
         )
     if isinstance(node, InList):
-        items = ", ".join(to_sql(item) for item in node.items)
-        return f"({to_sql(node.operand)} {'NOT ' if node.negated else ''}IN ({items}))"
+        items = ", ".join(sql(item) for item in node.items)
+        return f"({sql(node.operand)} {'NOT ' if node.negated else ''}IN ({items}))"
     if isinstance(node, Between):
-        bounds = f"{to_sql(node.low)} AND {to_sql(node.high)}"
-        return f"({to_sql(node.operand)} {'NOT ' if node.negated else ''}BETWEEN {bounds})"
+        bounds = f"{sql(node.low)} AND {sql(node.high)}"
+        return f"({sql(node.operand)} {'NOT ' if node.negated else ''}BETWEEN {bounds})"
     if isinstance(node, Like):
         escape = "" if node.escape == "\\" else f" ESCAPE {string_sql(node.escape)}"
-        return f"({to_sql(node.operand)} {'NOT ' if node.negated else ''}LIKE {to_sql(node.pattern)}{escape})"
+        return f"({sql(node.operand)} {'NOT ' if node.negated else ''}LIKE {sql(node.pattern)}{escape})"
     if isinstance(node, Case):
-        head = "CASE" if node.operand is None else f"CASE {to_sql(node.operand)}"
-        whens = " ".join(f"WHEN {to_sql(when)} THEN {to_sql(then)}" for when, then in node.whens)
-        otherwise = "" if node.otherwise is None else f" ELSE {to_sql(node.otherwise)}"
+        head = "CASE" if node.operand is None else f"CASE {sql(node.operand)}"
+        whens = " ".join(f"WHEN {sql(when)} THEN {sql(then)}" for when, then in node.whens)
+        otherwise = "" if node.otherwise is None else f" ELSE {sql(node.otherwise)}"
         return f"{head} {whens}{otherwise} END"
     if isinstance(node, Cast):
-        return f"CAST({to_sql(node.operand)} AS {cast_type_sql(node.type)})"
+        return f"CAST({sql(node.operand)} AS {cast_type_sql(node.type)})"
     assert isinstance(node, Call)
-    return f"{node.name}({', '.join(to_sql(arg) for arg in node.args)})"
+    return f"{node.name}({', '.join(sql(arg) for arg in node.args)})"
 
 
 def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+def quote_if_needed(name: str) -> str:
+    """``name`` bare when it is letters, digits and underscores (not only digits), else
+    backquoted: Spark's ``quoteIfNeeded``."""
+    return name if _PLAIN_NAME.fullmatch(name) and not name.isdigit() else quote_name(name)
 
 
 def cast_type_sql(data_type: pa.DataType) -> str:
