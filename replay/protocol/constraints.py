@@ -27,7 +27,7 @@ import orjson
 
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.errors import DeltaError
-from replay.protocol.schema import StructField, StructType
+from replay.protocol.schema import ArrayType, DataType, MapType, StructField, StructType
 
 CHECK_CONSTRAINT_PREFIX = "delta.constraints."
 INVARIANTS_KEY = "delta.invariants"
@@ -69,10 +69,16 @@ class TableConstraints:
     not_null: tuple[tuple[str, ...], ...] = ()
     invariants: tuple[CheckConstraint, ...] = ()
     generated: tuple[GeneratedColumn, ...] = ()
+    not_null_in_collections: tuple[str, ...] = ()
+    """Top-level columns holding a NOT NULL element, key, value or field inside an array or map.
+    Delta's writer does not enforce these (it refuses to create them), but a Parquet file cannot
+    store a null there: a writer refuses one with the NOT NULL error naming its path."""
 
     @property
     def empty(self) -> bool:
-        return not (self.checks or self.not_null or self.invariants or self.generated)
+        return not (
+            self.checks or self.not_null or self.invariants or self.generated or self.not_null_in_collections
+        )
 
     @property
     def not_null_columns(self) -> tuple[str, ...]:
@@ -98,6 +104,21 @@ def _struct_fields(
         yield path, struct_field
         if isinstance(struct_field.type, StructType):
             yield from _struct_fields(struct_field.type, path)
+
+
+def _not_null_inside(data_type: DataType, inside: bool) -> bool:
+    """Whether a NOT NULL element, key, value or field sits inside an array or map of ``data_type``."""
+    if isinstance(data_type, StructType):
+        return any((inside and not f.nullable) or _not_null_inside(f.type, inside) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return not data_type.contains_null or _not_null_inside(data_type.element_type, True)
+    if isinstance(data_type, MapType):
+        return (
+            not data_type.value_contains_null
+            or _not_null_inside(data_type.key_type, True)
+            or _not_null_inside(data_type.value_type, True)
+        )
+    return False
 
 
 def invariant_expression(struct_field: StructField, path: Sequence[str]) -> str:
@@ -139,4 +160,5 @@ def table_constraints(protocol: Protocol, metadata: Metadata) -> TableConstraint
         not_null=tuple(path for path, struct_field in fields if not struct_field.nullable),
         invariants=invariants,
         generated=generated,
+        not_null_in_collections=tuple(f.name for f in schema.fields if _not_null_inside(f.type, False)),
     )

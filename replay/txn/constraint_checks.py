@@ -12,7 +12,9 @@ already conformed to the table's columns and
 
 A CHECK constraint, an invariant or a generated column's check is violated where its expression
 is ``false`` or ``NULL`` (Delta's ``CheckDeltaInvariant``); a NOT NULL field where it, or a struct
-around it, is null. The error is Delta's for the first violating row (for that row, the first
+around it, is null. Last, a null where an array or map declares its elements, keys, values or
+their fields NOT NULL is refused too (Delta does not enforce these, a Parquet file cannot store
+them). The error is Delta's for the first violating row (for that row, the first
 constraint in the order above), naming the table, the constraint, its expression and the values
 the row has for the columns the expression reads (sorted by name, as Delta lists them).
 """
@@ -185,14 +187,18 @@ class RowConstraints:
 
     def __init__(
         self,
-        checks: Sequence[_Check],
-        not_null: Sequence[_NotNull],
-        invariants: Sequence[_Check],
-        generated: Sequence[_Generated],
         table: str,
+        *,
+        checks: Sequence[_Check] = (),
+        not_null: Sequence[_NotNull] = (),
+        invariants: Sequence[_Check] = (),
+        generated: Sequence[_Generated] = (),
+        collections: Mapping[str, pa.DataType] | None = None,
     ) -> None:
         self._rules: tuple[_Check | _NotNull, ...] = (*checks, *not_null, *invariants)
         self._generated = {g.column.lower(): g for g in generated}
+        self._collections = dict(collections or {})
+        """Columns with NOT NULL parts inside arrays or maps, with their declared (strict) types."""
         self._shown = redact_url(table)
 
     @property
@@ -208,7 +214,11 @@ class RowConstraints:
         for key, generated in self._generated.items():
             if key in lowered:
                 index = table.schema.get_field_index(generated.column)
-                table = table.set_column(index, table.schema.field(index), generated.compute.evaluate(table))
+                field = table.schema.field(index)
+                values = generated.compute.evaluate(table)
+                if values.type != field.type:
+                    values = values.cast(field.type)
+                table = table.set_column(index, field, values)
             else:
                 rules.append(generated.check)
         if table.num_rows == 0:
@@ -220,7 +230,51 @@ class RowConstraints:
                 first = (row, rule)
         if first is not None:
             raise first[1].error(table, first[0], self._shown)
+        for column, declared in self._collections.items():
+            path = _null_in_collection(table.column(column), declared, (column,))
+            if path is not None:
+                raise _NotNull(path).error(table, 0, self._shown)
         return table
+
+
+def _null_in_collection(
+    data: pa.Array | pa.ChunkedArray, data_type: pa.DataType, path: tuple[str, ...], inside: bool = False
+) -> tuple[str, ...] | None:
+    """The path (``column.element.field``, ``column.value``, ...) of the first NOT NULL element,
+    key, value, or field of one, that holds a null inside an array or map of ``data``."""
+    if isinstance(data, pa.ChunkedArray):
+        chunks = (_null_in_collection(chunk, data_type, path, inside) for chunk in data.chunks)
+        return next((found for found in chunks if found is not None), None)
+    if pa.types.is_struct(data_type):
+        for field in data_type:
+            child = pc.struct_field(data, field.name)  # null where the struct is
+            if (
+                inside
+                and not field.nullable
+                and pc.any(pc.and_(pc.is_valid(data), pc.is_null(child))).as_py()
+            ):
+                return (*path, field.name)
+            found = _null_in_collection(child, field.type, (*path, field.name), inside)
+            if found is not None:
+                return found
+        return None
+    if pa.types.is_map(data_type):
+        entry = pa.struct([data.type.key_field, data.type.item_field])  # the data's, maybe looser
+        entries = data.cast(pa.list_(pa.field("entries", entry, False))).flatten()
+        for index, name, field in ((0, "key", data_type.key_field), (1, "value", data_type.item_field)):
+            values = entries.field(index)
+            if not field.nullable and values.null_count:
+                return (*path, name)
+            found = _null_in_collection(values, field.type, (*path, name), True)
+            if found is not None:
+                return found
+        return None
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        elements = data.flatten()
+        if not data_type.value_field.nullable and elements.null_count:
+            return (*path, "element")
+        return _null_in_collection(elements, data_type.value_type, (*path, "element"), True)
+    return None
 
 
 class _UnbindableError(Exception):
@@ -294,9 +348,10 @@ def compile_constraints(
                 features=[feature],
             ) from None
     return RowConstraints(
-        compiled["checkConstraints"],
-        [_NotNull(path) for path in constraints.not_null],
-        compiled["invariants"],
-        compiled["generatedColumns"],
         table,
+        checks=compiled["checkConstraints"],
+        not_null=[_NotNull(path) for path in constraints.not_null],
+        invariants=compiled["invariants"],
+        generated=compiled["generatedColumns"],
+        collections={name: schema.field(name).type for name in constraints.not_null_in_collections},
     )

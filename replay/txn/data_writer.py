@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import logging
 import os
 import sys
@@ -141,16 +142,19 @@ class FileWriteSpec:
 
     @property
     def data_schema(self) -> pa.Schema:
-        """The schema of the data files: the table's columns but the partition columns."""
+        """The schema of the data files: the table's columns but the partition columns, nested
+        fields nullable (a NOT NULL struct field inside a null struct holds a null; the table's
+        constraints, not the file schema, keep the others non-null)."""
         partitions = set(self.partition_columns)
-        return pa.schema([f for f in self.schema if f.name not in partitions])
+        return pa.schema([f for f in relaxed_schema(self.schema) if f.name not in partitions])
 
 
 def conform(
     data: pa.Table | pa.RecordBatch, spec: FileWriteSpec, constraints: RowConstraints | None = None
 ) -> pa.Table:
-    """``data`` with the table's column names, order and types; missing columns as nulls, missing
-    generated columns computed, and the table's constraints checked (``constraints``: the spec's,
+    """``data`` with the table's column names, order and types (nested fields nullable:
+    :func:`relaxed_schema`); missing columns as nulls, missing generated columns computed, and the
+    table's constraints checked (``constraints``: the spec's,
     compiled once by the caller; ``None`` when the table has none).
 
     Raises :class:`InvariantViolationError` for a missing NOT NULL column or a row that violates a
@@ -165,9 +169,10 @@ def conform(
         raise ValueError(f"Columns {unknown} are not in the schema of table {spec.table_path}")
     not_null = set(spec.constraints.not_null_columns)
     generated = {g.column for g in spec.constraints.generated}
+    schema = relaxed_schema(spec.schema)
     missing: list[str] = []
     columns: list[pa.ChunkedArray | pa.Array] = []
-    for target in spec.schema:
+    for target in schema:
         index = by_lower.get(target.name.lower())
         if index is None:
             if target.name in not_null and target.name not in generated:
@@ -192,8 +197,34 @@ def conform(
                     f"as {target.type}: {exc}"
                 ) from None
         columns.append(column)
-    conformed = pa.Table.from_arrays(columns, schema=spec.schema)
+    conformed = pa.Table.from_arrays(columns, schema=schema)
     return conformed if constraints is None else constraints.enforce(conformed, missing)
+
+
+@functools.lru_cache(maxsize=64)
+def relaxed_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every nested field nullable (top-level fields as they are): what data is
+    conformed to and files are written with. A null in a NOT NULL struct field then fails the NOT
+    NULL check with Delta's error rather than a cast error, and a NOT NULL field of a null struct
+    (which holds a null) can be stored. ``schema`` itself when nothing nested is NOT NULL."""
+    relaxed = pa.schema(
+        [pa.field(f.name, _nullable_type(f.type), f.nullable, f.metadata) for f in schema],
+        metadata=schema.metadata,
+    )
+    return schema if relaxed.equals(schema) else relaxed
+
+
+def _nullable_type(data_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(data_type):
+        return pa.struct([pa.field(f.name, _nullable_type(f.type), True, f.metadata) for f in data_type])
+    if pa.types.is_map(data_type):
+        key = pa.field(data_type.key_field.name, _nullable_type(data_type.key_type), False)
+        item = pa.field(data_type.item_field.name, _nullable_type(data_type.item_type), True)
+        return pa.map_(key, item, data_type.keys_sorted)
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        value = pa.field(data_type.value_field.name, _nullable_type(data_type.value_type), True)
+        return pa.list_(value) if pa.types.is_list(data_type) else pa.large_list(value)
+    return data_type
 
 
 def _check_replace_where(table: pa.Table, replace_where: str) -> None:
