@@ -55,6 +55,7 @@ from replay.state.snapshot import Snapshot
 from replay.table import DeltaTable
 from replay.txn.checkpoint_writer import CheckpointResult
 from replay.txn.committer import Committer, FileSystemCommitter
+from replay.txn.constraint_checks import InvariantViolationError
 from replay.txn.transaction import CommitOutcome, Transaction
 from replay.txn.write import delete_files, write_table
 
@@ -85,6 +86,7 @@ __all__ = [
     "Format",
     "InMemoryLogReplay",
     "IncompatibleSchemaChangeError",
+    "InvariantViolationError",
     "IsolationLevel",
     "Metadata",
     "MetadataChangedException",

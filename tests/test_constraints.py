@@ -509,3 +509,43 @@ def test_the_spec_carries_constraint_texts_and_pickles(tmp_path: Path) -> None:
     assert restored.spec == spec
     assert "BoundExpression" not in repr(pickle.dumps(spec))
     assert FileWriteSpec(str(table), GENERATED).compile_constraints() is None  # nothing to enforce
+
+
+# -- Spark --------------------------------------------------------------------------------------
+@pytest.mark.spark
+def test_spark_batch_and_streaming_writes_enforce_constraints(spark: Any, tmp_path: Path) -> None:
+    from replay.spark import register
+
+    register(spark)
+    table = tmp_path / "t"
+    DeltaTable.create(str(table), GENERATED)
+    DeltaTable(str(table)).alter.add_constraint({"id_positive": "id > 0"})
+    version = DeltaTable(str(table)).version()
+    frame = spark.createDataFrame(
+        [(dt.datetime(2024, 3, 4, 5, 6, tzinfo=UTC), 1), (None, -2)], "ts timestamp, id long"
+    ).coalesce(1)
+    with pytest.raises(
+        Exception, match=r"DELTA_VIOLATE_CONSTRAINT_WITH_VALUES\] CHECK constraint id_positive"
+    ):
+        frame.write.format("deltalog").mode("append").save(str(table))
+    assert DeltaTable(str(table)).version() == version
+    assert data_files(table) == []
+
+    frame.where("id > 0").write.format("deltalog").mode("append").save(str(table))  # generated: computed
+    assert rows(table, "id", "day", "next", "label") == [(1, dt.date(2024, 3, 4), 2, "id-1")]
+
+    source = tmp_path / "source"
+    source.mkdir()
+    source.joinpath("0.json").write_text('{"id": 5}\n{"id": 0}\n')
+    query = (
+        spark.readStream.schema("id long")
+        .json(str(source))
+        .writeStream.format("deltalog")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    with pytest.raises(Exception, match=r"CHECK constraint id_positive \(id > 0\) violated"):
+        query.awaitTermination(180)
+    assert rows(table, "id") == [(1,)]
+    assert len(data_files(table)) == 1

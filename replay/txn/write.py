@@ -179,9 +179,11 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     skipped and ``None`` is returned. ``user_metadata`` is recorded in ``commitInfo``.
 
     Raises :class:`~replay.txn.schema_merge.SchemaMismatchError` (Delta's schema errors),
-    :class:`~replay.txn.data_writer.InvariantViolationError` (``replace_where`` or NOT NULL
-    violated), :class:`UnsupportedTableFeatureError` for tables needing writer features this
-    writer lacks, :class:`AppendOnlyTableError` for an overwrite of an append-only table,
+    :class:`~replay.txn.constraint_checks.InvariantViolationError` (a row violates a CHECK
+    constraint, a NOT NULL column, an invariant, a generated column's expression or
+    ``replace_where``; generated columns missing from the data are computed),
+    :class:`UnsupportedTableFeatureError` for tables needing writer features this writer lacks
+    (or whose constraints it cannot evaluate), :class:`AppendOnlyTableError` for an overwrite of an append-only table,
     :class:`ValueError` for invalid options, and
     :class:`replay.protocol.errors.ConcurrentModificationError` when a concurrent commit conflicts
     (an overwrite conflicts with a concurrent append to what it replaces). Nothing is committed
