@@ -183,7 +183,8 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     constraint, a NOT NULL column, an invariant, a generated column's expression or
     ``replace_where``; generated columns missing from the data are computed),
     :class:`UnsupportedTableFeatureError` for tables needing writer features this writer lacks
-    (or whose constraints it cannot evaluate), :class:`AppendOnlyTableError` for an overwrite of an append-only table,
+    (or whose constraints it cannot evaluate), :class:`AppendOnlyTableError` for an overwrite of
+    an append-only table,
     :class:`ValueError` for invalid options, and
     :class:`replay.protocol.errors.ConcurrentModificationError` when a concurrent commit conflicts
     (an overwrite conflicts with a concurrent append to what it replaces). Nothing is committed
