@@ -133,7 +133,7 @@ def invariant_expression(struct_field: StructField, path: Sequence[str]) -> str:
     if not isinstance(text, str):
         raise UnrecognizedInvariantError(
             f"[DELTA_UNRECOGNIZED_INVARIANT] Unrecognized invariant on column {column_path_name(path)}: "
-            f"{raw!r}. Please upgrade your Spark version."
+            f"{raw!r} (expected an expression rule)"
         )
     return text
 

@@ -201,10 +201,6 @@ class RowConstraints:
         """Columns with NOT NULL parts inside arrays or maps, with their declared (strict) types."""
         self._shown = redact_url(table)
 
-    @property
-    def generated_columns(self) -> list[str]:
-        return [g.column for g in self._generated.values()]
-
     def enforce(self, table: pa.Table, missing: Collection[str] = ()) -> pa.Table:
         """``table`` (the table's columns, in order and type) with the generated columns named in
         ``missing`` (columns the incoming data lacked, any case) computed; raises

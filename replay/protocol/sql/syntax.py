@@ -180,9 +180,7 @@ def to_sql(node: Node, quote: Callable[[str], str] | None = None) -> str:
     if isinstance(node, IsNull):
         return f"({sql(node.operand)} IS {'NOT ' if node.negated else ''}NULL)"
     if isinstance(node, IsBool):
-        return (
-            f"({sql(node.operand)} IS {'NOT ' if node.negated else ''}{'TRUE' if node.value else 'FALSE'})"
-        )
+        return f"({sql(node.operand)} IS {'NOT ' if node.negated else ''}{'TRUE' if node.value else 'FALSE'})"
     if isinstance(node, InList):
         items = ", ".join(sql(item) for item in node.items)
         return f"({sql(node.operand)} {'NOT ' if node.negated else ''}IN ({items}))"
