@@ -238,6 +238,8 @@ def test_ends(moto_server):
 
 # -- the contract catches a store that checks, then writes ---------------------------------------
 CHECK_THEN_WRITE = """
+import time
+
 import pytest
 
 from logstores import LocalLogStore
@@ -251,6 +253,7 @@ class CheckThenWriteLogStore(LocalLogStore):
     def _put_if_absent(self, location: Location, data: bytes) -> None:
         if location.fs.exists(location.path):
             raise FileExistsError(location.qualify(location.path))
+        time.sleep(0.3)  # a slow store: every racer passes the check before any writes
         publish_local_file(location, data, overwrite=True)
 
 
