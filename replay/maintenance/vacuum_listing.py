@@ -1,0 +1,165 @@
+"""Listing the files under a table's root for VACUUM, without the directories Delta hides.
+
+Delta's ``DeltaTableUtils.isHiddenDirectory`` decides which names VACUUM never looks into or
+deletes: a name starting with ``_`` or ``.`` is hidden (``_delta_log``, ``.part-*.crc`` files,
+``_SUCCESS``), except ``_change_data`` (change data files are collected like data files),
+``_delta_index`` and partition directories ``<partition column>=<value>``; ``metadata`` is hidden
+on tables that publish Iceberg metadata. The rule applies to every name on the way down, files and
+directories alike.
+
+The listing is streamed: directory by directory, each directory's entries become Arrow columns
+(relative path, size, modification time) at once, so no listing is held as Python objects longer
+than one directory. Local directories are read with ``os.scandir``; object stores with the
+filesystem's ``ls`` of one directory at a time, several directories at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from fsspec import AbstractFileSystem
+
+from logstores import open_filesystem
+from logstores.filesystem import modification_time_ms, uri_scheme
+from replay.log.concurrency import REMOTE_THREADS, Work, executor
+
+LISTING_SCHEMA = pa.schema(
+    [
+        pa.field("path", pa.string(), False),
+        pa.field("size", pa.int64(), False),
+        pa.field("modification_time", pa.int64(), False),
+    ]
+)
+"""One listed file: its path relative to the table root (as stored, not URL-encoded), its size
+and modification time in milliseconds since the epoch."""
+LOCAL_SCHEMES = ("file", "")
+
+
+def is_hidden(name: str, partition_columns: Sequence[str], iceberg_metadata_hidden: bool = False) -> bool:
+    """Delta's ``isHiddenDirectory`` for one file or directory name."""
+    if iceberg_metadata_hidden and name == "metadata":
+        return True
+    return (
+        name.startswith((".", "_"))
+        and not name.startswith(("_delta_index", "_change_data"))
+        and not any(name.startswith(f"{column}=") for column in partition_columns)
+    )
+
+
+@dataclass
+class DirectoryListing:
+    """The files of one directory (an Arrow batch) and its subdirectories (relative paths)."""
+
+    files: pa.RecordBatch
+    subdirectories: list[str] = field(default_factory=list)
+
+
+def _batch(paths: list[str], sizes: list[int], times: list[int]) -> pa.RecordBatch:
+    return pa.record_batch(
+        [pa.array(paths, pa.string()), pa.array(sizes, pa.int64()), pa.array(times, pa.int64())],
+        schema=LISTING_SCHEMA,
+    )
+
+
+class TableListing:
+    """The visible files and directories under the table at ``table_path`` (see the module docs).
+
+    Iterating yields one Arrow batch per directory; :attr:`directories` holds the relative paths
+    of the visible directories seen so far (the root excluded).
+    """
+
+    def __init__(
+        self,
+        table_path: str,
+        conf: dict[str, str],
+        partition_columns: Sequence[str],
+        *,
+        iceberg_metadata_hidden: bool = False,
+    ) -> None:
+        self.table_path = table_path.rstrip("/")
+        self.partition_columns = list(partition_columns)
+        self.iceberg_metadata_hidden = iceberg_metadata_hidden
+        self.directories: list[str] = []
+        self.fs: AbstractFileSystem
+        self.fs, self.root = open_filesystem(self.table_path, conf)
+        self.root = self.root.rstrip("/")
+        self.is_local = uri_scheme(self.table_path) in LOCAL_SCHEMES
+
+    def _hidden(self, name: str) -> bool:
+        return is_hidden(name, self.partition_columns, self.iceberg_metadata_hidden)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        list_one = self._list_local if self.is_local else self._list_remote
+        pool = None if self.is_local else executor(Work.DATA, REMOTE_THREADS)
+        pending: list[str] = [""]
+        while pending:
+            if pool is None or len(pending) == 1:
+                results = [list_one(relative) for relative in pending]
+            else:
+                futures: list[Future[DirectoryListing]] = [pool.submit(list_one, r) for r in pending]
+                results = [future.result() for future in futures]
+            pending = []
+            for listing in results:
+                self.directories += listing.subdirectories
+                pending += listing.subdirectories
+                if listing.files.num_rows:
+                    yield listing.files
+
+    # -- local disk ------------------------------------------------------------------------------
+    def _list_local(self, relative: str) -> DirectoryListing:
+        directory = f"{self.root}/{relative}" if relative else self.root
+        prefix = f"{relative}/" if relative else ""
+        paths: list[str] = []
+        sizes: list[int] = []
+        times: list[int] = []
+        subdirectories: list[str] = []
+        try:
+            entries = os.scandir(directory)
+        except FileNotFoundError:  # removed since its parent was listed
+            return DirectoryListing(_batch([], [], []))
+        with entries:
+            for entry in entries:
+                if self._hidden(entry.name):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        subdirectories.append(prefix + entry.name)
+                        continue
+                    stat = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # deleted while listing
+                    continue
+                paths.append(prefix + entry.name)
+                sizes.append(stat.st_size)
+                times.append(stat.st_mtime_ns // 1_000_000)
+        return DirectoryListing(_batch(paths, sizes, times), subdirectories)
+
+    # -- object stores and other filesystems -------------------------------------------------------
+    def _list_remote(self, relative: str) -> DirectoryListing:
+        directory = f"{self.root}/{relative}" if relative else self.root
+        prefix = f"{relative}/" if relative else ""
+        self.fs.invalidate_cache(directory)
+        try:
+            infos: list[dict[str, Any]] = self.fs.ls(directory, detail=True)
+        except FileNotFoundError:
+            return DirectoryListing(_batch([], [], []))
+        paths: list[str] = []
+        sizes: list[int] = []
+        times: list[int] = []
+        subdirectories: list[str] = []
+        for info in infos:
+            name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+            if not name or self._hidden(name) or f"{directory}/{name}" == directory:
+                continue
+            if info.get("type") == "directory":
+                subdirectories.append(prefix + name)
+                continue
+            paths.append(prefix + name)
+            sizes.append(int(info.get("size") or 0))
+            times.append(modification_time_ms(info))
+        del infos
+        return DirectoryListing(_batch(paths, sizes, times), subdirectories)
