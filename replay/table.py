@@ -25,6 +25,7 @@ import pyarrow as pa
 from logstores.conf import ConfLike
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
+from replay.maintenance.alter import TableAlterer
 from replay.maintenance.restore import restore as restore_table
 from replay.maintenance.vacuum import vacuum as vacuum_table
 from replay.protocol.actions import Metadata, Protocol
@@ -216,3 +217,12 @@ class DeltaTable:
         metrics["numRestoredFile"] = metrics["numRestoredFiles"]
         metrics["numRemovedFile"] = metrics["numRemovedFiles"]
         return metrics
+
+    @property
+    def alter(self) -> TableAlterer:
+        """Changes to the table's properties, protocol features, columns and CHECK constraints
+        (deltalake's ``TableAlterer``: ``set_table_properties``, ``add_feature``, ``add_columns``,
+        ``add_constraint``, ``drop_constraint``, ``set_column_metadata``, ``set_table_name``,
+        ``set_table_description``, plus ``unset_table_properties``); each is one commit on the
+        latest version, after which this object is loaded at it."""
+        return TableAlterer(self._log.io, self._log.update, self._moved_to)
