@@ -31,6 +31,7 @@ from replay.maintenance.vacuum import vacuum as vacuum_table
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.schema import StructType
 from replay.protocol.timestamps import Timestamp
+from replay.state.loader import load_snapshot
 from replay.state.scan import Filter
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult
@@ -189,7 +190,8 @@ class DeltaTable:
             dry_run=dry_run,
             enforce_retention_duration=enforce_retention_duration,
         )
-        self._moved_to(result.end_version)
+        if result.end_version is not None:  # its commits change no file: files replayed on first use
+            self._snapshot = load_snapshot(self._log.io, version=result.end_version, files=False)
         return result.files
 
     def restore(
@@ -212,7 +214,9 @@ class DeltaTable:
             ignore_missing_files=ignore_missing_files,
             protocol_downgrade_allowed=protocol_downgrade_allowed,
         )
-        self._moved_to(result.version)
+        self._snapshot = load_snapshot(
+            self._log.io, version=result.version, files=False
+        )  # files on first use
         metrics = dict(result.metrics)
         metrics["numRestoredFile"] = metrics["numRestoredFiles"]
         metrics["numRemovedFile"] = metrics["numRemovedFiles"]

@@ -20,13 +20,15 @@ rows as inserts, the removed files' rows as deletes.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
+import os
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from fsspec import AbstractFileSystem
 
 from logstores import open_filesystem
 from logstores.filesystem import uri_scheme
@@ -35,8 +37,8 @@ from replay.log.concurrency import REMOTE_THREADS, Work, default_threads, map_co
 from replay.log.listing import earliest_recreatable_version, full_listing
 from replay.log.table_io import LOCAL_SCHEMES, TableIO
 from replay.maintenance.vacuum_referenced import relative_paths
-from replay.protocol.actions import AddFile
-from replay.protocol.arrow_actions import DV_ARROW_TYPE, add_actions, arrow_file_keys, rename_struct
+from replay.protocol.actions import AddFile, DeletionVectorDescriptor, RemoveFile
+from replay.protocol.arrow_actions import DV_ARROW_TYPE, arrow_file_keys, rename_struct
 from replay.protocol.errors import DeltaError, TimestampOutOfRangeError
 from replay.protocol.paths import resolve_path
 from replay.protocol.table_features import merge_protocols
@@ -140,8 +142,8 @@ def restore(
         else merge_protocols(restored.protocol, latest.protocol)
     )
     txn.add_actions([protocol, restored.metadata])
-    txn.add_actions(replace_data_change(add) for add in add_actions(to_add))
-    txn.add_actions(add.remove_with_timestamp(now) for add in add_actions(to_remove))
+    txn.add_actions(file_actions(to_add, removed_at=None))
+    txn.add_actions(file_actions(to_remove, removed_at=now))
     txn.operation_parameters = {"version": version if timestamp is None else None, "timestamp": timestamp}
     metrics = {
         "tableSizeAfterRestore": _size(target_files),
@@ -156,9 +158,77 @@ def restore(
     return RestoreResult(committed, version, metrics)
 
 
-def replace_data_change(add: AddFile) -> AddFile:
-    """``add`` re-committed as a data change (snapshot files carry ``dataChange=false``)."""
-    return dataclasses.replace(add, data_change=True)
+def file_actions(files: pa.Table, *, removed_at: int | None) -> list[AddFile] | list[RemoveFile]:
+    """The rows of a snapshot files table as data-changing adds (``removed_at=None``) or as their
+    removes at ``removed_at`` (Delta's ``AddFile.removeWithTimestamp``), built column by column."""
+    column = {name: files.column(name).to_pylist() for name in _SCALAR_COLUMNS}
+    partitions = _maps(files.column("partition_values"))
+    tags = cast(list[dict[str, str] | None], _maps(files.column("tags")))  # tag values are never null
+    dvs = [
+        None if dv is None else DeletionVectorDescriptor(**{k: v for k, v in dv.items() if v is not None})
+        for dv in files.column("deletion_vector").to_pylist()
+    ]
+    rows = range(files.num_rows)
+    if removed_at is None:
+        return [
+            AddFile(
+                path=column["path"][i],
+                partition_values=partitions[i] or {},
+                size=column["size"][i],
+                modification_time=column["modification_time"][i],
+                data_change=True,
+                stats=column["stats"][i],
+                tags=tags[i],
+                deletion_vector=dvs[i],
+                base_row_id=column["base_row_id"][i],
+                default_row_commit_version=column["default_row_commit_version"][i],
+                clustering_provider=column["clustering_provider"][i],
+            )
+            for i in rows
+        ]
+    return [
+        RemoveFile(
+            path=column["path"][i],
+            deletion_timestamp=removed_at,
+            data_change=True,
+            extended_file_metadata=True,
+            partition_values=partitions[i] or {},
+            size=column["size"][i],
+            stats=column["stats"][i],
+            tags=tags[i],
+            deletion_vector=dvs[i],
+            base_row_id=column["base_row_id"][i],
+            default_row_commit_version=column["default_row_commit_version"][i],
+        )
+        for i in rows
+    ]
+
+
+_SCALAR_COLUMNS = (
+    "path",
+    "size",
+    "modification_time",
+    "stats",
+    "base_row_id",
+    "default_row_commit_version",
+    "clustering_provider",
+)
+
+
+def _maps(values: pa.ChunkedArray) -> list[dict[str, str | None] | None]:
+    """A map column as dicts (``None`` for a null map), from its keys, items and offsets."""
+    out: list[dict[str, str | None] | None] = []
+    for chunk in values.chunks:
+        offsets = chunk.offsets.to_pylist()
+        keys, items = chunk.keys.to_pylist(), chunk.items.to_pylist()
+        valid = chunk.is_valid().to_pylist()
+        out += [
+            dict(zip(keys[offsets[i] : offsets[i + 1]], items[offsets[i] : offsets[i + 1]], strict=True))
+            if valid[i]
+            else None
+            for i in range(len(chunk))
+        ]
+    return out
 
 
 def _keys(files: pa.Table) -> pa.Array | pa.ChunkedArray:
@@ -197,9 +267,7 @@ def _check_files_exist(io: TableIO, files: pa.Table, version: int) -> None:
         else open_filesystem(resolve_path(io.table_path, path), io.conf)[1]
         for path, name in zip(logged, relative_names, strict=True)
     ]
-    local = uri_scheme(io.table_path) in LOCAL_SCHEMES
-    threads = default_threads(Work.DATA, True) if local else REMOTE_THREADS
-    absent = map_concurrently(lambda path: not fs.exists(path), located, Work.DATA, threads)
+    absent = _absent(fs, located, local=uri_scheme(io.table_path) in LOCAL_SCHEMES)
     gone = [path for path, missing in zip(logged, absent, strict=True) if missing]
     if gone:
         shown = ",".join(gone[:MISSING_FILES_SHOWN])
@@ -211,3 +279,47 @@ def _check_files_exist(io: TableIO, files: pa.Table, version: int) -> None:
             "(ignore_missing_files=True)",
             table=io.shown_path,
         )
+
+
+CHECK_BATCH = 256
+LIST_DIRECTORY_FROM = 64
+"""On an object store, a directory holding at least this many files to check is listed once
+instead of asking for each file."""
+
+
+def _absent(fs: AbstractFileSystem, located: list[str], *, local: bool) -> list[bool]:
+    """Whether each file of ``located`` (filesystem paths) is missing, checked concurrently: local
+    files with ``os.path.exists``, object store files one request each, or by listing their
+    directory when many of them share it."""
+    by_directory: dict[str, list[int]] = {}
+    for index, path in enumerate(located):
+        by_directory.setdefault(path.rpartition("/")[0], []).append(index)
+    tasks: list[tuple[str, list[int], bool]] = []
+    for directory, indexes in by_directory.items():
+        if not local and len(indexes) >= LIST_DIRECTORY_FROM:
+            tasks.append((directory, indexes, True))
+        else:
+            tasks += [
+                (directory, indexes[i : i + CHECK_BATCH], False) for i in range(0, len(indexes), CHECK_BATCH)
+            ]
+
+    def check(task: tuple[str, list[int], bool]) -> list[tuple[int, bool]]:
+        directory, indexes, listed = task
+        if listed:
+            fs.invalidate_cache(directory)
+            try:
+                names = {
+                    str(info["name"]).rstrip("/").rsplit("/", 1)[-1] for info in fs.ls(directory, detail=True)
+                }
+            except FileNotFoundError:
+                names = set()
+            return [(i, located[i].rsplit("/", 1)[-1] not in names) for i in indexes]
+        exists = os.path.exists if local else fs.exists
+        return [(i, not exists(located[i])) for i in indexes]
+
+    threads = default_threads(Work.DATA, True) if local else REMOTE_THREADS
+    absent = [False] * len(located)
+    for results in map_concurrently(check, tasks, Work.DATA, threads):
+        for index, missing in results:
+            absent[index] = missing
+    return absent

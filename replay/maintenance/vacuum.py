@@ -39,9 +39,10 @@ import pyarrow.compute as pc
 
 from logstores import open_filesystem
 from logstores.filesystem import uri_scheme
+from replay.log.concurrency import Work, executor
 from replay.log.table_io import TableIO
 from replay.maintenance.vacuum_delete import delete_empty_directories, delete_files
-from replay.maintenance.vacuum_listing import LOCAL_SCHEMES, TableListing
+from replay.maintenance.vacuum_listing import LISTING_SCHEMA, LOCAL_SCHEMES, TableListing, stat_local
 from replay.maintenance.vacuum_referenced import ancestor_directories, referenced_files
 from replay.protocol.errors import DeltaError
 from replay.protocol.table_config import check_protocol_writable, check_readable
@@ -163,26 +164,27 @@ def plan_vacuum(
         now = int(time.time() * 1000) if now_ms is None else now_ms
         delete_before = now - (config.deleted_file_retention_ms if specified is None else specified)
     logger.info("vacuum of %s: untracked files older than %d are eligible", table, delete_before)
-    kept = referenced_files(snapshot, delete_before)
     iceberg = "iceberg" in (config.configuration.get("delta.universalFormat.enabledFormats") or "").lower()
     listing = TableListing(
         io.table_path, dict(io.conf), snapshot.partition_columns, iceberg_metadata_hidden=iceberg
     )
-    old: list[pa.RecordBatch] = []
-    for batch in listing:
-        expired = batch.filter(pc.less(batch.column("modification_time"), delete_before))
-        if expired.num_rows:
-            old.append(expired.select(["path", "size"]))
-    old_files = (
-        pa.Table.from_batches(old)
-        if old
-        else pa.table({"path": pa.array([], pa.string()), "size": pa.array([], pa.int64())})
+    pool = executor(Work.SCAN, 2)  # list the directories while the referenced files are computed
+    listed_batches = pool.submit(list, listing) if pool is not None else None
+    kept = referenced_files(snapshot, delete_before)
+    batches = listed_batches.result() if listed_batches is not None else list(listing)
+    listed = (
+        pa.Table.from_batches(batches, schema=LISTING_SCHEMA) if batches else LISTING_SCHEMA.empty_table()
     )
-    referenced = pc.is_in(old_files.column("path"), value_set=kept.paths)
-    candidates = old_files.filter(pc.invert(referenced))
+    del batches
+    unreferenced = listed.filter(pc.invert(pc.is_in(listed.column("path"), value_set=kept.paths)))
+    if listing.is_local:
+        unreferenced = stat_local(listing.root, unreferenced.column("path").to_pylist())
+    old = unreferenced.filter(pc.less(unreferenced.column("modification_time"), delete_before))
+    candidates = old.select(["path", "size"])
     directories: list[str] = []
     if listing.is_local:
-        holding_old = ancestor_directories(old_files.column("path"))
+        # a directory holding an old file goes in a later run, one holding a kept file never
+        holding_old = ancestor_directories(old.column("path"))
         directories = [d for d in listing.directories if d not in holding_old and d not in kept.directories]
     return VacuumPlan(
         table_path=io.table_path,
@@ -223,7 +225,7 @@ def vacuum(
         logger.info("vacuum dry run of %s: %d files (%d bytes)", io.shown_path, len(paths), plan.size)
         return VacuumResult(paths, True, {"numFilesToDelete": len(paths) + len(plan.directories)})
     logged = vacuum_logged(io)
-    start = _commit_start(io, plan) if logged else None
+    start = _commit_start(io, snapshot, plan) if logged else None
     fs, root = open_filesystem(io.table_path, io.conf)
     root = root.rstrip("/")
     try:
@@ -248,8 +250,9 @@ def vacuum_logged(io: TableIO) -> bool:
     return uri_scheme(io.table_path) in LOGGED_SCHEMES
 
 
-def _commit_start(io: TableIO, plan: VacuumPlan) -> int:
-    txn = Transaction.for_table(io, operation="VACUUM START")
+def _commit_start(io: TableIO, snapshot: Snapshot, plan: VacuumPlan) -> int:
+    """``VACUUM START``, read from the vacuumed version (as Delta's, unless a commit landed since)."""
+    txn = Transaction(io, snapshot, operation="VACUUM START")
     parameters: dict[str, Any] = {
         "retentionCheckEnabled": plan.retention_check_enabled,
         "defaultRetentionMillis": plan.default_retention_ms,

@@ -9,8 +9,10 @@ directories alike.
 
 The listing is streamed: directory by directory, each directory's entries become Arrow columns
 (relative path, size, modification time) at once, so no listing is held as Python objects longer
-than one directory. Local directories are read with ``os.scandir``; object stores with the
-filesystem's ``ls`` of one directory at a time, several directories at once.
+than one directory; several directories are listed at once. Object stores are listed with the
+filesystem's ``ls`` of one directory, which carries sizes and times. Local directories are read
+with ``os.scandir`` for names only: VACUUM needs the size and time of the files nothing
+references, and reads them with :func:`stat_local` (most files of a table are referenced).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from fsspec import AbstractFileSystem
 
 from logstores import open_filesystem
 from logstores.filesystem import modification_time_ms, uri_scheme
-from replay.log.concurrency import REMOTE_THREADS, Work, executor
+from replay.log.concurrency import REMOTE_THREADS, Work, default_threads, executor, map_concurrently
 
 LISTING_SCHEMA = pa.schema(
     [
@@ -59,18 +61,51 @@ class DirectoryListing:
     subdirectories: list[str] = field(default_factory=list)
 
 
-def _batch(paths: list[str], sizes: list[int], times: list[int]) -> pa.RecordBatch:
+def _batch(paths: list[str], sizes: list[int] | None, times: list[int] | None) -> pa.RecordBatch:
+    """One directory's files; ``None`` sizes and times: not read yet (local disk)."""
+    count = len(paths)
     return pa.record_batch(
-        [pa.array(paths, pa.string()), pa.array(sizes, pa.int64()), pa.array(times, pa.int64())],
+        [
+            pa.array(paths, pa.string()),
+            pa.array(sizes, pa.int64()) if sizes is not None else pa.nulls(count, pa.int64()),
+            pa.array(times, pa.int64()) if times is not None else pa.nulls(count, pa.int64()),
+        ],
         schema=LISTING_SCHEMA,
     )
+
+
+STAT_BATCH = 2000
+
+
+def stat_local(root: str, paths: list[str]) -> pa.Table:
+    """Size and modification time of the local files ``paths`` (relative to ``root``), read on
+    several threads (``stat`` releases the GIL); files gone meanwhile are left out."""
+    batches = [paths[start : start + STAT_BATCH] for start in range(0, len(paths), STAT_BATCH)]
+
+    def read(batch: list[str]) -> pa.RecordBatch:
+        found: list[str] = []
+        sizes: list[int] = []
+        times: list[int] = []
+        for path in batch:
+            try:
+                stat = os.stat(f"{root}/{path}", follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            found.append(path)
+            sizes.append(stat.st_size)
+            times.append(stat.st_mtime_ns // 1_000_000)
+        return _batch(found, sizes, times)
+
+    read_batches = map_concurrently(read, batches, Work.DATA, default_threads(Work.DATA, True))
+    return pa.Table.from_batches(read_batches, schema=LISTING_SCHEMA)
 
 
 class TableListing:
     """The visible files and directories under the table at ``table_path`` (see the module docs).
 
     Iterating yields one Arrow batch per directory; :attr:`directories` holds the relative paths
-    of the visible directories seen so far (the root excluded).
+    of the visible directories seen so far (the root excluded). On local disk the batches carry
+    names only (null sizes and times): :func:`stat_local` reads them for the files that matter.
     """
 
     def __init__(
@@ -95,7 +130,8 @@ class TableListing:
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         list_one = self._list_local if self.is_local else self._list_remote
-        pool = None if self.is_local else executor(Work.DATA, REMOTE_THREADS)
+        threads = default_threads(Work.DATA, True) if self.is_local else REMOTE_THREADS
+        pool = executor(Work.DATA, threads)
         pending: list[str] = [""]
         while pending:
             if pool is None or len(pending) == 1:
@@ -112,31 +148,29 @@ class TableListing:
 
     # -- local disk ------------------------------------------------------------------------------
     def _list_local(self, relative: str) -> DirectoryListing:
+        """Names only: sizes and modification times are read later, for the files that need them
+        (:func:`stat_local`); the directory entries' types need no ``stat``."""
         directory = f"{self.root}/{relative}" if relative else self.root
         prefix = f"{relative}/" if relative else ""
         paths: list[str] = []
-        sizes: list[int] = []
-        times: list[int] = []
         subdirectories: list[str] = []
         try:
             entries = os.scandir(directory)
         except FileNotFoundError:  # removed since its parent was listed
-            return DirectoryListing(_batch([], [], []))
+            return DirectoryListing(_batch([], None, None))
         with entries:
             for entry in entries:
                 if self._hidden(entry.name):
                     continue
                 try:
-                    if entry.is_dir(follow_symlinks=False):
-                        subdirectories.append(prefix + entry.name)
-                        continue
-                    stat = entry.stat(follow_symlinks=False)
+                    is_directory = entry.is_dir(follow_symlinks=False)
                 except FileNotFoundError:  # deleted while listing
                     continue
-                paths.append(prefix + entry.name)
-                sizes.append(stat.st_size)
-                times.append(stat.st_mtime_ns // 1_000_000)
-        return DirectoryListing(_batch(paths, sizes, times), subdirectories)
+                if is_directory:
+                    subdirectories.append(prefix + entry.name)
+                else:
+                    paths.append(prefix + entry.name)
+        return DirectoryListing(_batch(paths, None, None), subdirectories)
 
     # -- object stores and other filesystems -------------------------------------------------------
     def _list_remote(self, relative: str) -> DirectoryListing:
