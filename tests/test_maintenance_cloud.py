@@ -10,6 +10,8 @@ import pytest
 
 from logstores import open_filesystem
 from replay import DeltaLog, DeltaTable, write_table
+from replay.maintenance import restore as restore_module
+from replay.maintenance.restore import RestoreError
 from replay.maintenance.vacuum import vacuum
 from tests.cloud_servers import CLOUD_STORE_FIXTURES
 from tests.store_cases import StoreUnderTest
@@ -22,7 +24,7 @@ def cloud(request: pytest.FixtureRequest) -> StoreUnderTest:
     return request.getfixturevalue(request.param)
 
 
-def test_vacuum_and_restore_on_object_stores(cloud: StoreUnderTest) -> None:
+def test_vacuum_and_restore_on_object_stores(cloud: StoreUnderTest, monkeypatch: pytest.MonkeyPatch) -> None:
     conf = dict(cloud.store.conf)
     uri = cloud.root
     data = pa.table({"a": list(range(12)), "p": [i % 3 for i in range(12)]})
@@ -50,9 +52,14 @@ def test_vacuum_and_restore_on_object_stores(cloud: StoreUnderTest) -> None:
     assert history[:2] == (["VACUUM END", "VACUUM START"] if logged else ["WRITE", "WRITE"])
     table = DeltaTable(uri, conf=conf)
     assert sorted(table.to_pyarrow_table()["a"].to_pylist()) == [0, 1, 2]
-    # the files of version 0 are gone: a restore needs ignore_missing_files
-    with pytest.raises(Exception, match="not all files from version 0"):
+    # the files of version 0 are gone: a restore needs ignore_missing_files, whether the check asks
+    # for each file or lists their directories
+    with pytest.raises(RestoreError, match="not all files from version 0"):
         table.restore(0)
+    monkeypatch.setattr(restore_module, "LIST_DIRECTORY_FROM", 1)
+    with pytest.raises(RestoreError, match="not all files from version 0") as caught:
+        table.restore(0)
+    assert all(path in str(caught.value) for path in removed)
     write_table(uri, pa.table({"a": [20], "p": [2]}), conf=conf)
     metrics = DeltaTable(uri, conf=conf).restore(1)
     assert metrics["numRemovedFiles"] == 1 and metrics["numRestoredFiles"] == 0
