@@ -186,8 +186,9 @@ class TableListing:
         times: list[int] = []
         subdirectories: list[str] = []
         for info in infos:
-            name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
-            if not name or self._hidden(name) or f"{directory}/{name}" == directory:
+            full = str(info["name"]).rstrip("/")
+            name = full.rsplit("/", 1)[-1]
+            if not name or full == directory or self._hidden(name):  # some stores list the directory itself
                 continue
             if info.get("type") == "directory":
                 subdirectories.append(prefix + name)
