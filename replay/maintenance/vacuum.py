@@ -234,10 +234,10 @@ def vacuum(
             deleted += delete_empty_directories(root, plan.directories)
     except BaseException:
         if logged:
-            _commit_end(io, None, plan)
+            _commit_end(io, snapshot, None, plan)
         raise
     metrics = {"numDeletedFiles": deleted, "numVacuumedDirectories": plan.directory_count}
-    end = _commit_end(io, deleted, plan) if logged else None
+    end = _commit_end(io, snapshot, deleted, plan) if logged else None
     logger.info("vacuum of %s deleted %d files and directories", io.shown_path, deleted)
     return VacuumResult(paths, False, metrics, start, end)
 
@@ -267,8 +267,10 @@ def _commit_start(io: TableIO, snapshot: Snapshot, plan: VacuumPlan) -> int:
     return txn.commit()
 
 
-def _commit_end(io: TableIO, deleted: int | None, plan: VacuumPlan) -> int:
-    txn = Transaction.for_table(io, operation="VACUUM END")
+def _commit_end(io: TableIO, snapshot: Snapshot, deleted: int | None, plan: VacuumPlan) -> int:
+    """``VACUUM END``, also read from the vacuumed version: an empty commit rebases over
+    ``VACUUM START`` (and anything else committed since) at the cost of reading those commits."""
+    txn = Transaction(io, snapshot, operation="VACUUM END")
     txn.operation_parameters = {"status": "FAILED" if deleted is None else "COMPLETED"}
     if deleted is not None:
         txn.operation_metrics = {"numDeletedFiles": deleted, "numVacuumedDirectories": plan.directory_count}
