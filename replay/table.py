@@ -25,9 +25,13 @@ import pyarrow as pa
 from logstores.conf import ConfLike
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
+from replay.maintenance.alter import TableAlterer
+from replay.maintenance.restore import restore as restore_table
+from replay.maintenance.vacuum import vacuum as vacuum_table
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.schema import StructType
 from replay.protocol.timestamps import Timestamp
+from replay.state.loader import load_snapshot
 from replay.state.scan import Filter
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult
@@ -164,3 +168,65 @@ class DeltaTable:
     # -- row-level changes (replay.dml) -----------------------------------------------------------
 
     # -- maintenance (replay.maintenance) ---------------------------------------------------------
+    def vacuum(
+        self,
+        retention_hours: float | None = None,
+        dry_run: bool = True,
+        enforce_retention_duration: bool = True,
+    ) -> list[str]:
+        """Delete the files no version within the retention needs (Delta's VACUUM, see
+        :mod:`replay.maintenance.vacuum`); returns their paths relative to the table root, or in a
+        dry run (the default, as deltalake's) the paths it would delete.
+
+        ``retention_hours`` defaults to the table's ``delta.deletedFileRetentionDuration``; a
+        shorter one raises :class:`~replay.maintenance.vacuum.VacuumRetentionError` unless
+        ``enforce_retention_duration=False``. Works on the latest version, whatever version this
+        object is loaded at.
+        """
+        result = vacuum_table(
+            self._log.io,
+            self._log.update(),
+            retention_hours=retention_hours,
+            dry_run=dry_run,
+            enforce_retention_duration=enforce_retention_duration,
+        )
+        if result.end_version is not None:  # its commits change no file: files replayed on first use
+            self._snapshot = load_snapshot(self._log.io, version=result.end_version, files=False)
+        return result.files
+
+    def restore(
+        self,
+        target: int | Timestamp,
+        *,
+        ignore_missing_files: bool = False,
+        protocol_downgrade_allowed: bool = False,
+    ) -> dict[str, int]:
+        """Restore the table to an earlier version (an ``int``) or to the version active at a time (a
+        datetime or an ISO string) in one commit (Delta's RESTORE, see
+        :mod:`replay.maintenance.restore`); returns Delta's metrics (``numRestoredFiles``,
+        ``numRemovedFiles``, ``restoredFilesSize``, ``removedFilesSize``,
+        ``numOfFilesAfterRestore``, ``tableSizeAfterRestore``), also under deltalake's names
+        ``numRestoredFile`` and ``numRemovedFile``. Works from the latest version."""
+        result = restore_table(
+            self._log.io,
+            self._log.update(),
+            target,
+            ignore_missing_files=ignore_missing_files,
+            protocol_downgrade_allowed=protocol_downgrade_allowed,
+        )
+        self._snapshot = load_snapshot(
+            self._log.io, version=result.version, files=False
+        )  # files on first use
+        metrics = dict(result.metrics)
+        metrics["numRestoredFile"] = metrics["numRestoredFiles"]
+        metrics["numRemovedFile"] = metrics["numRemovedFiles"]
+        return metrics
+
+    @property
+    def alter(self) -> TableAlterer:
+        """Changes to the table's properties, protocol features, columns and CHECK constraints
+        (deltalake's ``TableAlterer``: ``set_table_properties``, ``add_feature``, ``add_columns``,
+        ``add_constraint``, ``drop_constraint``, ``set_column_metadata``, ``set_table_name``,
+        ``set_table_description``, plus ``unset_table_properties``); each is one commit on the
+        latest version, after which this object is loaded at it."""
+        return TableAlterer(self._log.io, self._log.update, self._moved_to)

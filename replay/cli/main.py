@@ -25,6 +25,7 @@ from logstores.conf import parse_spark_defaults
 from logstores.redaction import SecretFilter, redact, redact_url, scrub, secret_values
 from replay.cli.emulator import EMULATOR_HELP, cmd_emulator
 from replay.cli.emulator import configure_parser as configure_emulator
+from replay.cli.retention import configure_parsers as configure_retention
 
 if TYPE_CHECKING:  # pyarrow is imported by the commands that read tables
     from pyarrow import RecordBatch, Table
@@ -288,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("directory", nargs="?", default="demo-table")
     demo.add_argument("--no-spark", action="store_true", help="skip the PySpark part")
 
+    configure_retention(command, _timestamp)
     configure_emulator(command("emulator", cmd_emulator, EMULATOR_HELP))
     return parser
 

@@ -175,10 +175,34 @@ KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
 """Every property this library parses."""
 
 
+# -- properties that enable table features this library does not write -----------------------------
+def parse_checkpoint_policy(text: str) -> str:
+    policy = text.strip().lower()
+    if policy not in ("classic", "v2"):
+        raise ValueError("can be one of the following: classic, v2")
+    return policy
+
+
+ENABLE_ROW_TRACKING = TableProperty("delta.enableRowTracking", False, parse_bool)
+ENABLE_TYPE_WIDENING = TableProperty("delta.enableTypeWidening", False, parse_bool)
+ENABLE_ICEBERG_COMPAT_V1 = TableProperty("delta.enableIcebergCompatV1", False, parse_bool)
+ENABLE_ICEBERG_COMPAT_V2 = TableProperty("delta.enableIcebergCompatV2", False, parse_bool)
+CHECKPOINT_POLICY = TableProperty("delta.checkpointPolicy", "classic", parse_checkpoint_policy)
+FEATURE_PROPERTIES: tuple[TableProperty, ...] = (
+    ENABLE_ROW_TRACKING,
+    ENABLE_TYPE_WIDENING,
+    ENABLE_ICEBERG_COMPAT_V1,
+    ENABLE_ICEBERG_COMPAT_V2,
+    CHECKPOINT_POLICY,
+)
+"""Properties parsed only to know which table feature they enable (see
+:mod:`replay.protocol.table_features`)."""
+
+
 def check_table_properties(configuration: Mapping[str, str]) -> None:
     """Parse every known property set in ``configuration`` (a new table's), raising
     :class:`InvalidTablePropertyError` naming the first one whose value Delta would refuse."""
-    for prop in KNOWN_PROPERTIES:
+    for prop in (*KNOWN_PROPERTIES, *FEATURE_PROPERTIES):
         prop.value_in(configuration)
 
 
@@ -193,7 +217,39 @@ PASS_THROUGH_KEYS = (
     "delta.dataSkippingStatsColumns",
 )
 """Delta table properties this library stores without interpreting them."""
-_CANONICAL_KEYS = {key.lower(): key for key in (*(p.key for p in KNOWN_PROPERTIES), *PASS_THROUGH_KEYS)}
+OTHER_DELTA_KEYS = (
+    "delta.autoOptimize",
+    "delta.autoOptimize.autoCompact",
+    "delta.autoOptimize.optimizeWrite",
+    "delta.checkpointRetentionDuration",
+    "delta.columnMapping.maxColumnId",
+    "delta.compatibility.symlinkFormatManifest.enabled",
+    "delta.coordinatedCommits.commitCoordinator-preview",
+    "delta.coordinatedCommits.commitCoordinatorConf-preview",
+    "delta.coordinatedCommits.tableConf-preview",
+    "delta.dropFeatureTruncateHistory.retentionDuration",
+    "delta.enableChangeDataCapture",
+    "delta.enableFullRetentionRollback",
+    "delta.enableVariantShredding",
+    "delta.ignoreProtocolDefaults",
+    "delta.parquet.compression.codec",
+    "delta.rowTracking.materializedRowCommitVersionColumnName",
+    "delta.rowTracking.materializedRowIdColumnName",
+    "delta.sampleRetentionDuration",
+    "delta.universalFormat.enabledFormats",
+)
+"""The other keys of Delta's ``DeltaConfigs``: a ``delta.*`` key in none of these lists is one Delta
+refuses (``DELTA_UNKNOWN_CONFIGURATION``)."""
+NOT_USER_CONFIGURABLE = frozenset({"delta.columnMapping.maxColumnId"})
+ALLOW_ARBITRARY_PROPERTIES_KEY = "spark.databricks.delta.allowArbitraryProperties.enabled"
+_CANONICAL_KEYS = {
+    key.lower(): key
+    for key in (
+        *(p.key for p in (*KNOWN_PROPERTIES, *FEATURE_PROPERTIES)),
+        *PASS_THROUGH_KEYS,
+        *OTHER_DELTA_KEYS,
+    )
+}
 
 
 def canonical_property_key(key: str) -> str:
@@ -201,3 +257,58 @@ def canonical_property_key(key: str) -> str:
     ``delta.appendOnly``); unknown keys are returned unchanged. Delta matches these keys
     case-insensitively, and Spark hands data source options over in lower case."""
     return _CANONICAL_KEYS.get(key.lower(), key)
+
+
+class UnknownTablePropertyError(InvalidTablePropertyError):
+    """A ``delta.*`` key Delta does not define, or one a user may not set."""
+
+
+def check_property_keys(properties: Mapping[str, str], *, allow_arbitrary: bool = False) -> dict[str, str]:
+    """``properties`` with Delta's spelling of each known key, checked as Delta's
+    ``validateConfigurations`` does: an unknown ``delta.*`` key raises
+    :class:`UnknownTablePropertyError` (``DELTA_UNKNOWN_CONFIGURATION``) unless
+    ``allow_arbitrary`` (Spark's ``spark.databricks.delta.allowArbitraryProperties.enabled``), an
+    internal one ``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``. CHECK constraints
+    (``delta.constraints.*``) and table features (``delta.feature.*``) pass; other keys are the
+    user's own."""
+    checked: dict[str, str] = {}
+    for key, value in properties.items():
+        lowered = key.lower()
+        if lowered.startswith("delta.constraints."):
+            checked[key] = value
+        elif lowered.startswith("delta.feature."):
+            checked[lowered] = value
+        elif lowered.startswith("delta."):
+            canonical = _CANONICAL_KEYS.get(lowered)
+            if canonical in NOT_USER_CONFIGURABLE:
+                raise UnknownTablePropertyError(
+                    f"[DELTA_CANNOT_MODIFY_TABLE_PROPERTY] The Delta table configuration {canonical} cannot "
+                    "be specified by the user"
+                )
+            if canonical is None:
+                if not allow_arbitrary:
+                    raise UnknownTablePropertyError(
+                        f"[DELTA_UNKNOWN_CONFIGURATION] Unknown configuration was specified: {key}\nTo "
+                        f"disable this check, set {ALLOW_ARBITRARY_PROPERTIES_KEY}=true in the Spark "
+                        "session configuration."
+                    )
+                canonical = key
+            checked[canonical] = value
+        else:
+            checked[key] = value
+    return checked
+
+
+def changed_properties(current: Mapping[str, str], requested: Mapping[str, str]) -> list[str]:
+    """The keys of ``requested`` whose value differs from ``current``'s (a known property compares
+    by its parsed value, so an unset property equals its default; others compare as text)."""
+    known = {prop.key: prop for prop in (*KNOWN_PROPERTIES, *FEATURE_PROPERTIES)}
+    changed = []
+    for key, value in requested.items():
+        prop = known.get(key)
+        if prop is not None:
+            if prop.value_in({key: value}) != prop.value_in(current):
+                changed.append(key)
+        elif current.get(key) != value:
+            changed.append(key)
+    return changed

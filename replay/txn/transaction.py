@@ -25,6 +25,7 @@ a writer take back a commit.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import uuid
@@ -54,6 +55,10 @@ from replay.protocol.filenames import delta_file
 from replay.protocol.paths import normalize_path_key
 from replay.protocol.predicates import Predicate
 from replay.protocol.table_config import TableConfiguration
+from replay.protocol.table_properties import (
+    IN_COMMIT_TIMESTAMP_ENABLEMENT_TIMESTAMP,
+    IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
+)
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 from replay.txn.committer import (
@@ -247,6 +252,11 @@ class Transaction:
     def _publish(self, current: CurrentTransaction, config: TableConfiguration) -> int:
         """Write the commit at the first version no conflicting transaction took."""
         body = [action.json() for action in self._actions]
+        enables_ict = (
+            config.in_commit_timestamps_enabled
+            and self.read_config is not None
+            and not self.read_config.in_commit_timestamps_enabled
+        )
         timestamps = InCommitTimestamps(self.io, config.in_commit_timestamps_enabled)
         info = OperationInfo(
             self.operation, self.operation_parameters, self.operation_metrics, self.user_metadata
@@ -255,10 +265,13 @@ class Transaction:
         version = self.read_version + 1
         for attempt in range(1, self.max_attempts + 1):
             now = now_ms()
+            in_commit_timestamp = timestamps.value(version, now)
+            if enables_ict and in_commit_timestamp is not None:
+                body = self._ict_enablement_body(version, in_commit_timestamp)
             line = commit_info(
                 info,
                 now=now,
-                in_commit_timestamp=timestamps.value(version, now),
+                in_commit_timestamp=in_commit_timestamp,
                 read_version=self.read_version,
                 isolation_level=current.isolation_level,
                 blind_append=blind,
@@ -297,6 +310,23 @@ class Transaction:
             table=self.io.table_path,
             winning_version=version - 1,
         )
+
+    def _ict_enablement_body(self, version: int, in_commit_timestamp: int) -> list[str]:
+        """The actions of a commit that enables in-commit timestamps on an existing table, its
+        metadata recording where they start (Delta's ``delta.inCommitTimestampEnablementVersion``
+        and ``...Timestamp``: the version and in-commit timestamp of this commit)."""
+        lines = []
+        for action in self._actions:
+            if isinstance(action, Metadata):
+                configuration = {
+                    **action.configuration,
+                    IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION.key: str(version),
+                    IN_COMMIT_TIMESTAMP_ENABLEMENT_TIMESTAMP.key: str(in_commit_timestamp),
+                }
+                lines.append(dataclasses.replace(action, configuration=configuration).json())
+            else:
+                lines.append(action.json())
+        return lines
 
     def _rebase(
         self, current: CurrentTransaction, timestamps: InCommitTimestamps, first: int

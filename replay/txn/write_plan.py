@@ -37,20 +37,18 @@ import pyarrow as pa
 
 from replay.data.partition_values import parse_partition_value
 from replay.log.table_io import TableIO
-from replay.protocol.actions import LEGACY_WRITER_FEATURES, AddFile, Metadata, Protocol, RemoveFile
+from replay.protocol.actions import AddFile, Metadata, Protocol, RemoveFile
 from replay.protocol.column_names import check_column_names
-from replay.protocol.constraints import CHECK_CONSTRAINT_PREFIX
 from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
 from replay.protocol.predicates import And, Compare, IsNull, Or, Predicate, to_expression
 from replay.protocol.schema import PrimitiveType, StructType
 from replay.protocol.sql_predicate import SqlPredicate, parse_predicate
 from replay.protocol.table_config import TableConfiguration
+from replay.protocol.table_features import metadata_features, protocol_with
 from replay.protocol.table_properties import (
     COLUMN_MAPPING_MODE,
-    ENABLE_CHANGE_DATA_FEED,
-    ENABLE_DELETION_VECTORS,
-    ENABLE_IN_COMMIT_TIMESTAMPS,
     canonical_property_key,
+    changed_properties,
     check_table_properties,
 )
 from replay.state.loader import load_snapshot
@@ -89,8 +87,9 @@ class WriteOptions:
     ``txn_app_id``/``txn_version`` (``txnAppId``/``txnVersion``) make the write idempotent.
     ``user_metadata`` (``userMetadata``) goes into ``commitInfo``. ``max_records_per_file``
     (``maxRecordsPerFile``, 0 or less: no limit). ``configuration``: table properties of a new
-    table. ``allow_implicit_casts``: values of another primitive type are cast to the table's type
-    (as SQL inserts do) instead of failing the schema check.
+    table (for an existing table a different value is refused). ``allow_implicit_casts``: values
+    of another primitive type are cast to the table's type (as SQL inserts do) instead of failing
+    the schema check.
     """
 
     mode: str = "append"
@@ -150,18 +149,14 @@ class WriteOptions:
 
 
 # -- table creation -----------------------------------------------------------------------------
-def _uses_timestamp_ntz(schema_string: str) -> bool:
-    return '"timestamp_ntz"' in schema_string
-
-
 def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> Protocol:
     """The smallest protocol that supports the table properties and types of a new table.
 
     Legacy versions where they suffice (writer 2, 3 for CHECK constraints (``delta.constraints.*``),
     4 for the change data feed); table features
     (reader 3 / writer 7) once ``timestamp_ntz``, in-commit timestamps or deletion vectors are
-    needed. Raises :class:`UnsupportedTableFeatureError` for column mapping, which this writer
-    cannot write.
+    needed (see :func:`replay.protocol.table_features.protocol_with`). Raises
+    :class:`UnsupportedTableFeatureError` for column mapping, which this writer cannot write.
     """
     if COLUMN_MAPPING_MODE.value_in(configuration) != "none":
         raise UnsupportedTableFeatureError(
@@ -169,53 +164,30 @@ def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> 
             "mapping tables",
             features=["columnMapping"],
         )
-    ntz = _uses_timestamp_ntz(schema_string)
-    ict = ENABLE_IN_COMMIT_TIMESTAMPS.value_in(configuration)
-    cdf = ENABLE_CHANGE_DATA_FEED.value_in(configuration)
-    dv = ENABLE_DELETION_VECTORS.value_in(configuration)
-    checks = any(key.lower().startswith(CHECK_CONSTRAINT_PREFIX) for key in configuration)
-    if not ntz and not ict and not dv:
-        return Protocol(min_reader_version=1, min_writer_version=4 if cdf else 3 if checks else 2)
-    writer = ["appendOnly", "invariants"]
-    reader: list[str] = []
-    if checks:
-        writer.append("checkConstraints")
-    if cdf:
-        writer.append("changeDataFeed")
-    if ict:
-        writer.append("inCommitTimestamp")
-    if ntz:
-        writer.append("timestampNtz")
-        reader.append("timestampNtz")
-    if dv:
-        writer.append("deletionVectors")
-        reader.append("deletionVectors")
-    if reader:
-        return Protocol(
-            min_reader_version=3, min_writer_version=7, reader_features=reader, writer_features=writer
-        )
-    return Protocol(min_reader_version=1, min_writer_version=7, writer_features=writer)
+    return protocol_with(Protocol(1, 2), metadata_features(configuration, schema_string))
 
 
 def protocol_for_schema(protocol: Protocol, schema_string: str) -> Protocol:
     """``protocol``, upgraded to table features with ``timestampNtz`` if the schema needs it."""
-    if not _uses_timestamp_ntz(schema_string) or protocol.has_reader_feature("timestampNtz"):
-        return protocol
-    writer = list(protocol.writer_features or ())
-    if protocol.min_writer_version < 7:
-        implied = (
-            names for version, names in LEGACY_WRITER_FEATURES if protocol.min_writer_version >= version
+    return protocol_with(protocol, [f for f in metadata_features({}, schema_string) if f == "timestampNtz"])
+
+
+def _check_property_options(snapshot: Snapshot, options: WriteOptions, table: str) -> None:
+    """Table properties in a write's options apply when the write creates the table; for an
+    existing table, Delta (and deltalake) ignore them. Rather than ignore a change silently, this
+    writer refuses it, naming the property and how to change it."""
+    requested = {canonical_property_key(str(k)): str(v) for k, v in options.configuration.items()}
+    current = snapshot.metadata.configuration or {}
+    changed = changed_properties(current, requested)
+    if changed:
+        key = changed[0]
+        raise InvalidWriteOptionError(
+            f"Cannot change table property {key} of existing table {table} with a write option (the table "
+            f"has {current.get(key)!r}, the write asks for {requested[key]!r}): table properties given to a "
+            "write apply only when it creates the table. Change them with "
+            f"DeltaTable(...).alter.set_table_properties({{{key!r}: {requested[key]!r}}}) or "
+            f"`deltalog alter URI --set {key}={requested[key]}` (Delta's ALTER TABLE ... SET TBLPROPERTIES)."
         )
-        writer = [name for names in implied for name in names]
-    reader = list(protocol.reader_features or ())
-    if protocol.min_reader_version == 2:
-        reader = ["columnMapping"]
-    return Protocol(
-        min_reader_version=3,
-        min_writer_version=7,
-        reader_features=[*reader, "timestampNtz"],
-        writer_features=[*dict.fromkeys([*writer, "timestampNtz"])],
-    )
 
 
 def _resolve_columns(names: Sequence[str], schema: StructType, table: str) -> list[str]:
@@ -325,6 +297,7 @@ def plan_write(
         read_version, commit_protocol, commit_metadata, committed = -1, True, True, None
     else:
         snapshot.config.check_writable()
+        _check_property_options(snapshot, options, table)
         protocol, metadata, commit_metadata = _existing_table(snapshot, data_schema, options, table)
         protocol = protocol_for_schema(protocol, metadata.schema_string or "")
         commit_protocol = protocol != snapshot.protocol

@@ -1,0 +1,126 @@
+"""``deltalog vacuum``, ``deltalog restore`` and ``deltalog alter``: the maintenance commands that
+delete old files, go back to an earlier version, and change a table's properties and constraints.
+
+They run through the public :class:`replay.DeltaTable`; like Delta's SQL, ``vacuum`` deletes unless
+``--dry-run`` is given, and its retention check is turned off with Delta's own setting
+(``--conf spark.databricks.delta.retentionDurationCheck.enabled=false``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, separator, value = text.partition("=")
+    if not separator or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _hours(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of hours, got {text!r}") from None
+
+
+def cmd_vacuum(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaTable
+    from replay.cli import output
+
+    table = DeltaTable(args.uri, conf=conf)
+    action = "Listing files to vacuum in" if args.dry_run else "Vacuuming"
+    with output.working(f"{action} {args.uri}"):
+        files = table.vacuum(retention_hours=args.retain_hours, dry_run=args.dry_run)
+    if args.json:
+        output.print_json({"dry_run": args.dry_run, "files": files, "version": table.version()})
+        return 0
+    for path in files:
+        print(path)
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"vacuum {verb} {len(files)} files (table at version {table.version()})")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaTable
+    from replay.cli import output
+
+    table = DeltaTable(args.uri, conf=conf)
+    target: Any = args.version if args.version is not None else args.timestamp
+    with output.working(f"Restoring {args.uri}"):
+        metrics = table.restore(target, ignore_missing_files=args.ignore_missing_files)
+    shown = {"version": table.version(), **{k: v for k, v in metrics.items() if not k.endswith("File")}}
+    output.emit_mapping(shown, as_json=args.json, title="RESTORE")
+    return 0
+
+
+def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaTable
+    from replay.cli import output
+
+    if not (args.set or args.unset or args.add_constraint or args.drop_constraint or args.add_feature):
+        args.usage_error(
+            "nothing to change: give --set, --unset, --add-feature, --add-constraint or --drop-constraint"
+        )
+    table = DeltaTable(args.uri, conf=conf)
+    alter = table.alter
+    with output.working(f"Altering {args.uri}"):
+        if args.set:
+            alter.set_table_properties(dict(args.set))
+        if args.unset:
+            alter.unset_table_properties(args.unset, raise_if_not_exists=not args.if_exists)
+        for name in args.add_feature:
+            alter.add_feature(name, allow_protocol_versions_increase=True)
+        for name, expression in args.add_constraint:
+            alter.add_constraint({name: expression})
+        for name in args.drop_constraint:
+            alter.drop_constraint(name, raise_if_not_exists=not args.if_exists)
+    protocol = table.protocol()
+    shown: dict[str, Any] = {
+        "version": table.version(),
+        "protocol": f"{protocol.min_reader_version},{protocol.min_writer_version}",
+        "reader_features": protocol.reader_features,
+        "writer_features": protocol.writer_features,
+        "properties": table.metadata().configuration,
+    }
+    output.emit_mapping(shown, as_json=args.json, title="ALTER")
+    return 0
+
+
+def configure_parsers(
+    command: Callable[..., argparse.ArgumentParser], timestamp: Callable[[str], str]
+) -> None:
+    """Add the three commands with ``command(name, handler, help)`` (the CLI's subcommand factory)."""
+    vacuum = command("vacuum", cmd_vacuum, "Delete files no version within the retention needs.")
+    vacuum.add_argument("uri")
+    vacuum.add_argument(
+        "--retain-hours",
+        type=_hours,
+        metavar="N",
+        help="keep files removed less than N hours ago (default: delta.deletedFileRetentionDuration)",
+    )
+    vacuum.add_argument("--dry-run", action="store_true", help="only list the files that would go")
+    vacuum.add_argument("--json", action="store_true")
+
+    restore = command("restore", cmd_restore, "Restore a table to an earlier version in one commit.")
+    restore.add_argument("uri")
+    target = restore.add_mutually_exclusive_group(required=True)
+    target.add_argument("--version", type=int, metavar="N")
+    target.add_argument("--timestamp", type=timestamp, metavar="T")
+    restore.add_argument("--ignore-missing-files", action="store_true")
+    restore.add_argument("--json", action="store_true")
+
+    alter = command("alter", cmd_alter, "Change a table's properties, features and CHECK constraints.")
+    alter.add_argument("uri")
+    alter.add_argument("--set", action="append", type=_pair, default=[], metavar="KEY=VALUE")
+    alter.add_argument("--unset", action="append", default=[], metavar="KEY")
+    alter.add_argument("--add-feature", action="append", default=[], metavar="NAME")
+    alter.add_argument("--add-constraint", action="append", type=_pair, default=[], metavar="NAME=EXPR")
+    alter.add_argument("--drop-constraint", action="append", default=[], metavar="NAME")
+    alter.add_argument("--if-exists", action="store_true", help="--unset/--drop-constraint: missing is fine")
+    alter.add_argument("--json", action="store_true")
+    alter.set_defaults(usage_error=alter.error)

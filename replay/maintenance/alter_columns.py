@@ -1,0 +1,191 @@
+"""ALTER TABLE ADD COLUMNS and column metadata changes, as metadata-only commits.
+
+New columns go at the end of the table (or of the struct they are added to: a field whose name is
+an existing struct column adds its own fields to that struct, as deltalake's ``add_columns``
+merges). Names are compared case-insensitively, as Delta does; a name that exists is Spark's
+``FIELD_ALREADY_EXISTS``. New columns must be nullable (existing rows hold nulls for them): Delta
+refuses ``NOT NULL`` in ALTER TABLE ADD COLUMNS. A ``timestamp_ntz`` column upgrades the protocol.
+Tables with column mapping are refused (new columns would need ids and physical names).
+
+Column metadata (comments and the user's own keys) changes with operation CHANGE COLUMN; keys
+starting with ``delta.`` belong to Delta (column mapping, invariants, generated and identity
+columns) and are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from replay.log.table_io import TableIO
+from replay.maintenance.alter_commit import commit_alter
+from replay.protocol.errors import DeltaError
+from replay.protocol.schema import (
+    ArrayType,
+    DataType,
+    MapType,
+    PrimitiveType,
+    StructField,
+    StructType,
+    parse_data_type,
+)
+from replay.protocol.table_features import unsupported_feature_error
+from replay.state.snapshot import Snapshot
+
+
+class ColumnChangeError(DeltaError, ValueError):
+    """A column change Delta refuses (the message names the column)."""
+
+
+def to_struct_field(value: Any) -> StructField:
+    """A column given as a :class:`StructField`, a ``pyarrow.Field``, a deltalake ``Field`` (or
+    anything with Delta's JSON from ``to_json()``) or that JSON as a dict."""
+    if isinstance(value, StructField):
+        return value
+    if isinstance(value, pa.Field):
+        return StructType.from_arrow(pa.schema([value])).fields[0]
+    if isinstance(value, Mapping):
+        data = dict(value)
+    elif callable(getattr(value, "to_json", None)):
+        data = orjson.loads(value.to_json())
+    else:
+        raise TypeError(f"not a column: {value!r} (give a StructField, a pyarrow Field or a deltalake Field)")
+    parsed = parse_data_type({"type": "struct", "fields": [data]})
+    assert isinstance(parsed, StructType)
+    return parsed.fields[0]
+
+
+def type_name(data_type: DataType) -> str:
+    """Spark's ``typeName`` of a type, as Delta records columns in operation parameters."""
+    if isinstance(data_type, PrimitiveType):
+        return data_type.name
+    if isinstance(data_type, StructType):
+        return "struct"
+    if isinstance(data_type, ArrayType):
+        return "array"
+    if isinstance(data_type, MapType):
+        return "map"
+    return str(data_type)
+
+
+def column_parameter(path: Sequence[str], column: StructField) -> dict[str, Any]:
+    """Delta's ``structFieldToMap``: the column's full name, type name, nullability and metadata."""
+    return {
+        "name": ".".join(path),
+        "type": type_name(column.type),
+        "nullable": column.nullable,
+        "metadata": column.metadata,
+    }
+
+
+def add_columns(io: TableIO, snapshot: Snapshot, columns: Iterable[Any]) -> int:
+    """Add ``columns`` to the table (see the module docs); returns the committed version. Raises
+    :class:`ColumnChangeError` naming the column (exists, NOT NULL),
+    :class:`~replay.protocol.errors.UnsupportedTableFeatureError` for column mapping tables, and
+    Delta's conflict exceptions."""
+    table = io.shown_path
+    new = [to_struct_field(column) for column in columns]
+    if snapshot.metadata.column_mapping_mode != "none":
+        raise unsupported_feature_error(["columnMapping"], table, "add columns")
+    for column in new:
+        required = _not_nullable(column, ())
+        if required:
+            raise ColumnChangeError(
+                "[DELTA_OPERATION_NOT_ALLOWED] Operation not allowed: `NOT NULL in ALTER TABLE ADD COLUMNS` "
+                f"is not supported for Delta tables (column {required} of table {table})",
+                table=table,
+            )
+    added: list[tuple[tuple[str, ...], StructField]] = []
+    fields = _merge(list(snapshot.schema.fields), new, (), added, table)
+    schema_string = StructType(fields).to_json()
+    metadata = dataclasses.replace(snapshot.metadata, schema_string=schema_string)
+    parameters = {"columns": [{"column": column_parameter((*path, f.name), f)} for path, f in added]}
+    return commit_alter(io, snapshot, "ADD COLUMNS", parameters, metadata)
+
+
+def _not_nullable(column: StructField, path: tuple[str, ...]) -> str | None:
+    """The name of the first non-nullable field in ``column`` (itself or nested), if any."""
+    name = ".".join((*path, column.name))
+    if not column.nullable:
+        return name
+    if isinstance(column.type, StructType):
+        for child in column.type.fields:
+            found = _not_nullable(child, (*path, column.name))
+            if found:
+                return found
+    return None
+
+
+def _merge(
+    fields: list[StructField],
+    new: list[StructField],
+    path: tuple[str, ...],
+    added: list[tuple[tuple[str, ...], StructField]],
+    table: str,
+) -> list[StructField]:
+    for column in new:
+        index = next((i for i, f in enumerate(fields) if f.name.lower() == column.name.lower()), None)
+        if index is None:
+            fields.append(column)
+            added.append((path, column))
+            continue
+        existing = fields[index]
+        if isinstance(existing.type, StructType) and isinstance(column.type, StructType):
+            children = _merge(
+                list(existing.type.fields), list(column.type.fields), (*path, existing.name), added, table
+            )
+            fields[index] = dataclasses.replace(existing, type=StructType(children))
+            continue
+        name = ".".join((*path, column.name))
+        raise ColumnChangeError(
+            f"[FIELD_ALREADY_EXISTS] Cannot add column, because `{name}` already exists in the schema of "
+            f"table {table}.",
+            table=table,
+        )
+    return fields
+
+
+def set_column_metadata(io: TableIO, snapshot: Snapshot, column: str, metadata: Mapping[str, Any]) -> int:
+    """Merge ``metadata`` into the metadata of ``column`` (a top-level name, or ``a.b`` for a
+    struct field); returns the committed version. Raises :class:`ColumnChangeError` for an
+    unknown column (Delta's ``DELTA_COLUMN_NOT_FOUND``) or a ``delta.*`` key."""
+    table = io.shown_path
+    reserved = [key for key in metadata if str(key).lower().startswith("delta.")]
+    if reserved:
+        raise ColumnChangeError(
+            f"Cannot set column metadata {reserved[0]} of {column} in table {table}: keys starting with "
+            "'delta.' belong to Delta (column mapping, invariants, generated and identity columns)",
+            table=table,
+        )
+    path = column.split(".")
+    fields, changed = _with_metadata(
+        list(snapshot.schema.fields), path, dict(metadata), snapshot.schema, table
+    )
+    new_metadata = dataclasses.replace(snapshot.metadata, schema_string=StructType(fields).to_json())
+    parameters = {"column": column_parameter([*path[:-1], changed.name], changed)}
+    return commit_alter(io, snapshot, "CHANGE COLUMN", parameters, new_metadata)
+
+
+def _with_metadata(
+    fields: list[StructField], path: list[str], metadata: dict[str, Any], schema: StructType, table: str
+) -> tuple[list[StructField], StructField]:
+    index = next((i for i, f in enumerate(fields) if f.name.lower() == path[0].lower()), None)
+    if index is None or (len(path) > 1 and not isinstance(fields[index].type, StructType)):
+        raise ColumnChangeError(
+            f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{'.'.join(path)}` given "
+            f"[{', '.join(schema.field_names)}] (table {table})",
+            table=table,
+        )
+    field = fields[index]
+    if len(path) == 1:
+        changed = dataclasses.replace(field, metadata={**field.metadata, **metadata})
+        fields[index] = changed
+        return fields, changed
+    assert isinstance(field.type, StructType)
+    children, changed = _with_metadata(list(field.type.fields), path[1:], metadata, schema, table)
+    fields[index] = dataclasses.replace(field, type=StructType(children))
+    return fields, changed
