@@ -1,0 +1,1 @@
+"""Row-level changes: DELETE, UPDATE and MERGE (placeholder docstring, completed below)."""
