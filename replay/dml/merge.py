@@ -113,12 +113,12 @@ class MergePlan:
         target = read_target_rows(self.table.reader, file, self.scan_columns())
         rewriter = FileRewriter(self.table, sinks, target, started)
         t_pos, s_idx = self.join.match(target.rows)
+        matched_source = np.unique(s_idx) if self.of_kind(NOT_MATCHED) else None
         if t_pos.size > 1 and (np.diff(t_pos) == 0).any():
             if not self.only_unconditional_delete:
                 raise multiple_source_rows_error(self.table.table_path)
             first = np.concatenate([[True], np.diff(t_pos) != 0])
             t_pos, s_idx = t_pos[first], s_idx[first]
-        matched_source = np.unique(s_idx) if self.of_kind(NOT_MATCHED) else None
         if self.insert_only:
             change = rewriter.unchanged()
             change.matched_source = matched_source
