@@ -11,6 +11,7 @@ vectors). The :class:`DmlTable` it returns is picklable: it is what the per-file
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -67,8 +68,12 @@ class DmlTable:
 
     @property
     def threads(self) -> int:
-        """How many target files are worked on at once."""
-        return default_threads(Work.DATA, self.local)
+        """How many target files are worked on at once: one per core locally (decoding and
+        encoding Parquet keep a core busy, and each file's rows are held while it is worked on),
+        more on object stores (requests overlap)."""
+        if not self.local:
+            return default_threads(Work.DATA, local=False)
+        return max(2, min(os.cpu_count() or 2, default_threads(Work.DATA, local=True)))
 
     @property
     def write_schema(self) -> pa.Schema:

@@ -108,7 +108,7 @@ class MergeJoin:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for cached in ("parts", "source_keys"):
+        for cached in ("parts", "source_keys", "sorted_source_keys"):
             state.pop(cached, None)
         return state
 
@@ -132,9 +132,23 @@ class MergeJoin:
         columns["__s"] = pa.array(np.arange(self.source.num_rows, dtype=np.int64))
         return pa.table(columns)
 
+    @cached_property
+    def sorted_source_keys(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """For a single key of whole numbers (integers, dates, timestamps) compared with ``=``: the
+        source's non-null key values sorted, and the source row of each (``None`` otherwise)."""
+        keys = self.keys
+        if len(keys) != 1 or keys[0].null_safe or _whole_numbers(keys[0].source.type) is None:
+            return None
+        mapping = {(self.source_alias, c): c for c in self.source.column_names}
+        values = _as_int64(keys[0].source.evaluate(self.source, mapping))
+        valid = np.flatnonzero(values[1])
+        order = valid[np.argsort(values[0][valid], kind="stable")]
+        return values[0][order], order
+
     def match(self, target: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """The pairs ``(target positions, source indexes)`` satisfying the ON condition, ordered
-        by target position; ``target`` holds (at least) the condition's target columns."""
+        by target position then source index; ``target`` holds (at least) the condition's target
+        columns."""
         if self.source.num_rows == 0 or target.num_rows == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         keys, rest = self.parts
@@ -142,13 +156,16 @@ class MergeJoin:
             return self._nested_loop(target)
         mapping = {(self.target_alias, c): c for c in target.column_names}
         values = [key.target.evaluate(target, mapping) for key in keys]
-        left = pa.table({**_key_columns(keys, values), "__t": np.arange(target.num_rows, dtype=np.int64)})
-        names = [name for name in left.column_names if name != "__t"]
-        pairs = left.join(self.source_keys, keys=names, join_type="inner", use_threads=False)
-        t_pos = pairs.column("__t").to_numpy()
-        s_idx = pairs.column("__s").to_numpy()
-        order = np.lexsort((s_idx, t_pos))
-        t_pos, s_idx = t_pos[order], s_idx[order]
+        if self.sorted_source_keys is not None:
+            t_pos, s_idx = _sorted_join(values[0], *self.sorted_source_keys)
+        else:
+            left = pa.table({**_key_columns(keys, values), "__t": np.arange(target.num_rows, dtype=np.int64)})
+            names = [name for name in left.column_names if name != "__t"]
+            pairs = left.join(self.source_keys, keys=names, join_type="inner", use_threads=False)
+            t_pos = pairs.column("__t").to_numpy()
+            s_idx = pairs.column("__s").to_numpy()
+            order = np.lexsort((s_idx, t_pos))
+            t_pos, s_idx = t_pos[order], s_idx[order]
         if rest is not None and t_pos.size:
             keep = self._holds(rest, target, t_pos, s_idx)
             t_pos, s_idx = t_pos[keep], s_idx[keep]
@@ -180,6 +197,48 @@ class MergeJoin:
             found_t.append(t_pos[keep])
             found_s.append(s_idx[keep])
         return np.concatenate(found_t), np.concatenate(found_s)
+
+
+def _whole_numbers(arrow_type: pa.DataType) -> pa.DataType | None:
+    """The integer type a key of ``arrow_type`` compares as (``None``: not a whole-number type)."""
+    if pa.types.is_integer(arrow_type) or pa.types.is_timestamp(arrow_type) or pa.types.is_date64(arrow_type):
+        return pa.int64()
+    if pa.types.is_date32(arrow_type):
+        return pa.int32()
+    return None
+
+
+def _as_int64(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Key values as int64 (nulls as 0) and where they are valid."""
+    physical = _whole_numbers(values.type)
+    assert physical is not None
+    numbers = values.cast(physical) if values.type != physical else values
+    valid = pc.is_valid(numbers)
+    filled = pc.fill_null(numbers, 0).cast(pa.int64())
+    as_numpy = (
+        filled.to_numpy() if isinstance(filled, pa.ChunkedArray) else filled.to_numpy(zero_copy_only=False)
+    )
+    mask = valid.to_numpy() if isinstance(valid, pa.ChunkedArray) else valid.to_numpy(zero_copy_only=False)
+    return np.asarray(as_numpy, dtype=np.int64), np.asarray(mask, dtype=bool)
+
+
+def _sorted_join(
+    target: pa.Array | pa.ChunkedArray, keys: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Equal-key pairs of ``target`` values against sorted source ``keys`` (with their source
+    ``rows``): for each target row, every source row of its key range (binary search)."""
+    values, valid = _as_int64(target)
+    low = np.searchsorted(keys, values, side="left")
+    high = np.searchsorted(keys, values, side="right")
+    counts = np.where(valid, high - low, 0)
+    hits = np.flatnonzero(counts)
+    if not hits.size:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    per_hit = counts[hits]
+    t_pos = np.repeat(hits, per_hit)
+    starts = np.repeat(low[hits] - np.cumsum(per_hit) + per_hit, per_hit)
+    positions = starts + np.arange(t_pos.size)
+    return t_pos.astype(np.int64), rows[positions].astype(np.int64)
 
 
 # -- the early filter ------------------------------------------------------------------------------

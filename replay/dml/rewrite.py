@@ -153,7 +153,7 @@ class FileRewriter:
         self.target = target
         self.started_ns = started_ns
         self._columns = [f.name for f in table.reader.schema.fields]
-        self._loaded_positions = EMPTY
+        self._loaded_positions: np.ndarray | None = EMPTY
         self._loaded: pa.Table | None = None
 
     @property
@@ -161,17 +161,26 @@ class FileRewriter:
         return not self.table.deletion_vectors
 
     def load(self, positions: np.ndarray) -> None:
-        """Read every column of the rows at ``positions`` (all rows when copying on write), for
+        """Read every column of the rows at ``positions`` (of all rows when copying on write), for
         :meth:`full_rows`."""
-        wanted = np.arange(self.target.num_rows) if self.copy_on_write else np.unique(positions)
+        if self.copy_on_write:
+            self._loaded_positions = None
+            self._loaded = rows_with_columns(self.table.reader, self.target, None, self._columns)
+            return
+        wanted = np.unique(positions)
         self._loaded_positions = wanted
         self._loaded = rows_with_columns(self.table.reader, self.target, wanted, self._columns)
 
-    def full_rows(self, positions: np.ndarray) -> pa.Table:
-        """Every column of the rows at ``positions``, which :meth:`load` must have covered."""
+    def full_rows(self, positions: np.ndarray | None = None) -> pa.Table:
+        """Every column of the rows at ``positions`` (``None``: all rows), which :meth:`load` must
+        have covered."""
         if self._loaded is None:
-            self.load(positions)
+            self.load(positions if positions is not None else np.arange(self.target.num_rows))
         assert self._loaded is not None
+        if self._loaded_positions is None:
+            return self._loaded if positions is None else self._loaded.take(pa.array(positions, pa.int64()))
+        if positions is None:
+            positions = np.arange(self.target.num_rows)
         at = np.searchsorted(self._loaded_positions, positions)
         return self._loaded.take(pa.array(at, pa.int64()))
 
@@ -225,15 +234,15 @@ class FileRewriter:
         """The file's rows in order: deleted ones left out, updated ones replaced by their new values."""
         count = self.target.num_rows
         schema = self.table.write_schema
-        rows = align(self.full_rows(np.arange(count)), schema)
-        order = np.arange(count)
+        rows = align(self.full_rows(), schema)
         if updated.size and new_rows is not None:
-            rows = pa.concat_tables([rows, align(new_rows, schema)])
+            order = np.arange(count)
             order[updated] = count + np.arange(updated.size)
+            if deleted.size:
+                order = np.delete(order, deleted)
+            return pa.concat_tables([rows, align(new_rows, schema)]).take(pa.array(order, pa.int64()))
         if deleted.size:
             keep = np.ones(count, dtype=bool)
             keep[deleted] = False
-            order = order[keep]
-        if order.size == count and not updated.size:
-            return rows
-        return rows.take(pa.array(order, pa.int64()))
+            return rows.filter(pa.array(keep))
+        return rows

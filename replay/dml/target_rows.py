@@ -58,19 +58,24 @@ def read_target_rows(reader: TableReader, file: AddFile, columns: Sequence[str])
 
 
 def rows_with_columns(
-    reader: TableReader, target: TargetRows, positions: np.ndarray, columns: Sequence[str]
+    reader: TableReader, target: TargetRows, positions: np.ndarray | None, columns: Sequence[str]
 ) -> pa.Table:
-    """The rows at ``positions`` (indexes into ``target.rows``) with ``columns``, in that order:
-    columns already read are taken from ``target``, the others read from the file now."""
+    """The rows at ``positions`` (indexes into ``target.rows``; ``None``: every row) with
+    ``columns``, in that order: columns already read are taken from ``target``, the others read
+    from the file now."""
     have = set(target.rows.column_names)
     missing = [column for column in columns if column not in have]
-    taken = pa.array(positions, pa.int64())
-    parts: dict[str, pa.ChunkedArray] = {
-        name: target.rows.column(name).take(taken) for name in columns if name in have
-    }
+    taken = pa.array(positions, pa.int64()) if positions is not None else None
+    parts: dict[str, pa.ChunkedArray] = {}
+    for name in columns:
+        if name in have:
+            column = target.rows.column(name)
+            parts[name] = column.take(taken) if taken is not None else column
     if missing:
         raw = reader.read_file(target.file, missing, row_filter=False)
-        physical = raw.take(pa.array(target.row_index[positions], pa.int64()))
+        physical = target.row_index if positions is None else target.row_index[positions]
+        if positions is not None or raw.num_rows != target.num_rows:
+            raw = raw.take(pa.array(physical, pa.int64()))
         for name in missing:
-            parts[name] = physical.column(name)
+            parts[name] = raw.column(name)
     return pa.Table.from_arrays([parts[name] for name in columns], names=list(columns))

@@ -48,6 +48,10 @@ HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 1024 * 1024
 """Rows per Parquet row group (batches are buffered up to this many rows or :data:`ROW_GROUP_BYTES`)."""
 ROW_GROUP_BYTES = 128 * 1024 * 1024
+DICTIONARY_PAGE_BYTES = 64 * 1024
+"""Size of a column chunk's dictionary beyond which the writer falls back to plain encoding: columns
+with few distinct values keep their dictionary, unique ones (ids, measurements) stop paying for one
+early (pyarrow's default of 1 MiB dictionary-encodes 100 000 distinct longs, slower and larger)."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
 
@@ -255,7 +259,13 @@ class _OpenFile:
         else:
             self._fs.makedirs(parent, exist_ok=True)
             self._handle = where = self._fs.open(self.target, "wb")
-        return pq.ParquetWriter(where, self._schema, compression="snappy", write_statistics=True)
+        return pq.ParquetWriter(
+            where,
+            self._schema,
+            compression="snappy",
+            write_statistics=True,
+            dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
+        )
 
     def _flush(self) -> None:
         if not self._buffer:
