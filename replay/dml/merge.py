@@ -306,7 +306,19 @@ def _merge_parameters(condition: str, specs: Sequence[ClauseSpec]) -> dict[str, 
     }
 
 
-def merge_rows(
+@dataclass(frozen=True)
+class PlannedMerge:
+    """A MERGE planned on the driver: the plan of the per-file work, the predicate that selects
+    the target files to read (also what the commit read), the schema evolution's actions, and the
+    time the source took to read."""
+
+    plan: MergePlan
+    pruning: Predicate
+    metadata_actions: tuple[Action, ...]
+    materialize_ms: int
+
+
+def plan_merge(
     snapshot: Snapshot,
     source: ArrowData,
     predicate: str,
@@ -315,8 +327,10 @@ def merge_rows(
     source_alias: str = "source",
     target_alias: str = "target",
     merge_schema: bool = False,
-) -> DmlResult:
-    """MERGE ``source`` into the table at ``snapshot`` on ``predicate`` with the clauses ``specs``."""
+) -> PlannedMerge:
+    """Read the source, bind the ON condition and the clauses (errors name unknown columns and
+    functions with their position), evolve the schema if asked, check that the table can be
+    changed, and compute the pruning predicate."""
     started = time.perf_counter_ns()
     table_path = snapshot.io.table_path
     if source_alias.lower() == target_alias.lower():
@@ -325,9 +339,9 @@ def merge_rows(
             f"(MERGE into table {table_path})",
             table=table_path,
         )
+    snapshot.config.check_writable()
     source_table = materialize_source(source)
     materialized_ms = elapsed_ms(started)
-    snapshot.config.check_writable()
     aliases = Aliases(target_alias, source_alias)
     now = _dt.datetime.now(_dt.UTC)
     clauses, final_schema = resolve_clauses(
@@ -343,27 +357,55 @@ def merge_rows(
         now=now,
     )
     plan = MergePlan(table, MergeJoin(condition, target_alias, source_alias, source_table), tuple(clauses))
-    pruning = _pruning(plan)
-    candidates = candidate_files(snapshot, pruning)
+    return PlannedMerge(plan, _pruning(plan), tuple(metadata_actions), materialized_ms)
+
+
+def merge_rows(
+    snapshot: Snapshot,
+    source: ArrowData,
+    predicate: str,
+    specs: Sequence[ClauseSpec],
+    *,
+    source_alias: str = "source",
+    target_alias: str = "target",
+    merge_schema: bool = False,
+) -> DmlResult:
+    """MERGE ``source`` into the table at ``snapshot`` on ``predicate`` with the clauses ``specs``."""
+    started = time.perf_counter_ns()
+    planned = plan_merge(
+        snapshot,
+        source,
+        predicate,
+        specs,
+        source_alias=source_alias,
+        target_alias=target_alias,
+        merge_schema=merge_schema,
+    )
+    plan = planned.plan
+    candidates = candidate_files(snapshot, planned.pruning)
     txn = snapshot_transaction(snapshot, OPERATION)
-    sinks = Sinks(table)
+    sinks = Sinks(plan.table)
     with discard_unless_committed(txn, sinks):
-        changes = run_files(lambda f: plan.process_file(f, sinks), add_actions(candidates), table.threads)
+        changes = run_files(
+            lambda f: plan.process_file(f, sinks), add_actions(candidates), plan.table.threads
+        )
         scanned_ns = time.perf_counter_ns() - started
         inserted = plan.insert_unmatched(
             [c.matched_source for c in changes if c.matched_source is not None], sinks
         )
         shared = sinks.close()
-        actions: list[Action] = [*metadata_actions, *file_actions(changes, shared, now_ms())]
+        actions: list[Action] = [*planned.metadata_actions, *file_actions(changes, shared, now_ms())]
         totals = FileTotals.of(changes)
         scan_ms, rewrite_ms = totals.split_ms(scanned_ns)
         rewrite_ms += max(0, elapsed_ms(started) - scanned_ns // 1_000_000)
-        metrics = _metrics(source_table.num_rows, totals, inserted, actions, len(shared.changes))
-        metrics.update(materializeSourceTimeMs=materialized_ms, scanTimeMs=scan_ms, rewriteTimeMs=rewrite_ms)
+        metrics = _metrics(plan.join.source.num_rows, totals, inserted, actions, len(shared.changes))
+        metrics.update(
+            materializeSourceTimeMs=planned.materialize_ms, scanTimeMs=scan_ms, rewriteTimeMs=rewrite_ms
+        )
         return commit_dml(
             txn,
             actions,
-            reads=pruning,
+            reads=planned.pruning,
             read_files=candidates,
             parameters=_merge_parameters(predicate, specs),
             metrics=metrics,
