@@ -57,7 +57,3 @@ def test_plans_run_their_per_file_work_in_another_process(tmp_path: Path) -> Non
             local = executor_task(pickle.dumps((plan, files)))
             assert remote[0] == local[0] and remote[1:] == local[1:]
             assert any(changed for _, changed, _ in remote[0])
-    matched = _plans(uri)[2][0].process_file(
-        add_actions(_plans(uri)[2][1])[0], Sinks(_plans(uri)[2][0].table)
-    )
-    assert isinstance(matched.matched_source, np.ndarray)
