@@ -151,10 +151,6 @@ def commit_dml(
     return DmlResult(txn.commit(), metrics)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def snapshot_transaction(snapshot: Snapshot, operation: str) -> Transaction:
     """The transaction of an operation planned on ``snapshot``."""
     return Transaction(snapshot.io, snapshot, operation=operation)

@@ -30,7 +30,6 @@ from replay.dml.commit import (
     discard_unless_committed,
     elapsed_ms,
     file_actions,
-    now_ms,
     snapshot_transaction,
 )
 from replay.dml.context import DmlTable, candidate_files, deletion_vectors_enabled, dml_table
@@ -44,6 +43,7 @@ from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import Predicate
 from replay.state.pruning import decided_by_partition_values
 from replay.state.snapshot import Snapshot
+from replay.txn.committer import now_ms
 from replay.txn.transaction import Transaction
 
 OPERATION = "DELETE"

@@ -37,7 +37,6 @@ from replay.dml.commit import (
     discard_unless_committed,
     elapsed_ms,
     file_actions,
-    now_ms,
     snapshot_transaction,
 )
 from replay.dml.context import DmlTable, candidate_files, dml_table
@@ -64,6 +63,7 @@ from replay.protocol.predicates import TRUE, And, Or, Predicate
 from replay.protocol.schema import StructType
 from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
+from replay.txn.committer import now_ms
 from replay.txn.write import ArrowData, arrow_stream, delta_schema
 from replay.txn.write_plan import protocol_for_schema
 

@@ -31,7 +31,6 @@ from replay.dml.commit import (
     commit_dml,
     discard_unless_committed,
     file_actions,
-    now_ms,
     snapshot_transaction,
 )
 from replay.dml.context import DmlTable, candidate_files, dml_table
@@ -45,6 +44,7 @@ from replay.protocol.actions import AddFile
 from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import Predicate
 from replay.state.snapshot import Snapshot
+from replay.txn.committer import now_ms
 
 OPERATION = "UPDATE"
 
@@ -80,7 +80,6 @@ class UpdatePlan:
 
 
 def _assignments(
-    snapshot: Snapshot,
     table: DmlTable,
     updates: Mapping[str, str] | None,
     new_values: Mapping[str, Any] | None,
@@ -135,7 +134,7 @@ def plan_update(
     """Bind the assignments and ``predicate`` and check the table can be changed; returns the
     plan and its pruning predicate (``None``: every file)."""
     table = dml_table(snapshot, removes_rows=True)
-    assignments = _assignments(snapshot, table, updates, new_values)
+    assignments = _assignments(table, updates, new_values)
     condition = None
     pruning = None
     if predicate is not None:
