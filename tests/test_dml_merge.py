@@ -433,7 +433,8 @@ def model_merge(
     on: Callable[[dict[str, Any], dict[str, Any]], bool] = _same_id,
 ) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]] | None:
     """Delta's MERGE on ``on`` (default ``t.id = s.id``), row by row; ``None`` when it must fail
-    (multiple matches)."""
+    (a target row matched several times, unless the MERGE only inserts or its one MATCHED clause
+    is an unconditional delete)."""
     matched = [c for c in clauses if c.kind == "MATCHED"]
     by_source = [c for c in clauses if c.kind == "NOT_MATCHED_BY_SOURCE"]
     inserts = [c for c in clauses if c.kind == "NOT_MATCHED"]
@@ -448,9 +449,10 @@ def model_merge(
     def image(row: dict[str, Any]) -> tuple[Any, ...]:
         return (row["id"], row["v"], row["p"])
 
+    insert_only = not matched and not by_source
     for t in target:
         hits = [i for i, s in enumerate(source) if on(t, s)]
-        if len(hits) > 1 and not only_delete:
+        if len(hits) > 1 and not only_delete and not insert_only:
             return None
         used.update(hits)
         if hits:
@@ -502,6 +504,13 @@ def _sorted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(  # an insert-only MERGE ignores duplicate matches (Delta's InsertOnlyMergeExecutor)
+    target=[{"id": 1, "v": 1, "p": 0}],
+    source=[{"id": 1, "v": 2, "p": 0}, {"id": 1, "v": 3, "p": 0}, {"id": 2, "v": 3, "p": 0}],
+    clauses=[Clause("NOT_MATCHED", "insert", None, "all")],
+    partitioned=False,
+    deletion_vectors=False,
+)
 @example(  # duplicate source keys under one unconditional delete: every duplicate counts as matched
     target=[{"id": 1, "v": 1, "p": 0}],
     source=[{"id": 1, "v": 2, "p": 0}, {"id": 1, "v": 3, "p": 0}],
@@ -648,3 +657,19 @@ def test_a_chain_of_changes_on_files_with_deletion_vectors(tmp_path: Path) -> No
         int(m.get("numDeletionVectorsUpdated", m.get("numTargetDeletionVectorsUpdated", 0))) for m in metrics
     ]
     assert sum(updated) > 0  # some file's DV was unioned with new rows
+
+
+def test_duplicate_matches_fail_every_merge_but_insert_only_ones(tmp_path: Path) -> None:
+    """Insert-only: no check (as delta-rs and Delta's InsertOnlyMergeExecutor); NOT MATCHED BY
+    SOURCE without MATCHED clauses: Delta checks (delta-rs 1.6.6 does not)."""
+    ours, rust = twin_tables(tmp_path, TARGET, max_rows_per_file=4)
+    source = pa.table({"id": [1, 1, 30, 30], "v": [5, 6, 7, 8], "p": [0, 0, 0, 0]})
+    for table in (DeltaTable(ours), RustTable(rust)):
+        table.merge(
+            source, "t.id = s.id", source_alias="s", target_alias="t"
+        ).when_not_matched_insert_all().execute()
+    assert our_rows(ours) == rust_rows(rust)
+    assert [r["v"] for r in our_rows(ours) if r["id"] == 30] == [7, 8]
+    merger = DeltaTable(ours).merge(source, "t.id = s.id", source_alias="s", target_alias="t")
+    with pytest.raises(MultipleSourceRowMatchError):
+        merger.when_not_matched_by_source_delete().execute()

@@ -93,7 +93,9 @@ class MergePlan:
     @property
     def only_unconditional_delete(self) -> bool:
         """Delta's exception to the multiple-match error: the one MATCHED clause is an
-        unconditional delete (every matched pair deletes its target row)."""
+        unconditional delete (every matched pair deletes its target row). Insert-only merges
+        never check (Delta's ``InsertOnlyMergeExecutor``); any other MERGE does, even without
+        MATCHED clauses (``ClassicMergeExecutor.findTouchedFiles``)."""
         matched = self.of_kind(MATCHED)
         return len(matched) == 1 and matched[0].action == "delete" and matched[0].condition is None
 
@@ -114,15 +116,15 @@ class MergePlan:
         rewriter = FileRewriter(self.table, sinks, target, started)
         t_pos, s_idx = self.join.match(target.rows)
         matched_source = np.unique(s_idx) if self.of_kind(NOT_MATCHED) else None
+        if self.insert_only:  # an anti-join: several matches of one target row are fine
+            change = rewriter.unchanged()
+            change.matched_source = matched_source
+            return change
         if t_pos.size > 1 and (np.diff(t_pos) == 0).any():
             if not self.only_unconditional_delete:
                 raise multiple_source_rows_error(self.table.table_path)
             first = np.concatenate([[True], np.diff(t_pos) != 0])
             t_pos, s_idx = t_pos[first], s_idx[first]
-        if self.insert_only:
-            change = rewriter.unchanged()
-            change.matched_source = matched_source
-            return change
         counts: Counter[str] = Counter()
         deleted: list[np.ndarray] = []
         updates: list[tuple[MergeClause, np.ndarray, np.ndarray | None]] = []
