@@ -167,7 +167,14 @@ class DeltaTable:
 
     # -- row-level changes (replay.dml) -----------------------------------------------------------
     def delete(self, predicate: str | None = None) -> dict[str, int]:
-        """Delete the rows matching ``predicate`` (a SQL predicate; every row without one)."""
+        """Delete the rows matching ``predicate`` (a SQL predicate; every row without one).
+
+        Returns Delta's DELETE metrics (the commit's ``operationMetrics``, as ints); nothing is
+        committed when no row matches. Raises :class:`~replay.protocol.sql.ExpressionError` naming
+        an unknown column or function and its position,
+        :class:`~replay.protocol.errors.AppendOnlyTableError` (before anything is written) and
+        Delta's conflict exceptions (:class:`~replay.protocol.errors.ConcurrentModificationError`).
+        """
         result = delete_rows(self._snapshot, predicate)
         self._moved_to(result.version)
         return result.metrics
@@ -179,7 +186,10 @@ class DeltaTable:
         predicate: str | None = None,
     ) -> dict[str, int]:
         """Set columns of the rows matching ``predicate`` (every row without one): ``updates`` maps
-        columns to SQL expressions, ``new_values`` to Python values (one of the two)."""
+        columns to SQL expressions, ``new_values`` to Python values (one of the two). Values are
+        stored into the columns' types with Spark's ANSI store assignment; a row whose partition
+        column changes moves to its new partition. Returns Delta's UPDATE metrics and raises as
+        :meth:`delete` does."""
         result = update_rows(self._snapshot, updates, new_values, predicate)
         self._moved_to(result.version)
         return result.metrics
