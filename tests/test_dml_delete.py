@@ -179,3 +179,24 @@ def test_unknown_column_and_function_are_named_with_their_position(tmp_path: Pat
         DeltaTable(uri).delete("frobnicate(id) = 1")
     assert caught.value.position == 0
     assert latest_version(uri) == 0
+
+
+def test_copy_on_write_over_files_that_have_deletion_vectors(tmp_path: Path) -> None:
+    """A table whose DVs were turned off after some were written: DML rewrites those files (their
+    deleted rows stay deleted) and counts the DVs it removes, as Delta does."""
+    from dataclasses import replace
+
+    from replay import DeltaLog
+
+    uri, _ = twin_tables(tmp_path, DATA, configuration=DV_CDF, max_rows_per_file=5)
+    DeltaTable(uri).delete("id IN (1, 6)")
+    log = DeltaLog.for_table(uri)
+    metadata = log.update().metadata
+    configuration = {**metadata.configuration, "delta.enableDeletionVectors": "false"}
+    log.commit([replace(metadata, configuration=configuration)], operation="SET TBLPROPERTIES")
+    metrics = DeltaTable(uri).delete("id IN (2, 7, 11)")
+    assert metrics["numDeletionVectorsRemoved"] == 2 and metrics["numDeletionVectorsAdded"] == 0
+    assert metrics["numRemovedFiles"] == 3 and metrics["numDeletedRows"] == 3
+    expected = [0, 3, 4, 5, 8, 9, 10, None]
+    assert [r["id"] for r in our_rows(uri, ["id"])] == expected == [r["id"] for r in rust_rows(uri, ["id"])]
+    assert sorted(c["id"] for c in our_changes(uri, 3) if c["_change_type"] == "delete") == [2, 7, 11]
