@@ -75,6 +75,12 @@ class DmlTable:
             return default_threads(Work.DATA, local=False)
         return max(2, min(os.cpu_count() or 2, default_threads(Work.DATA, local=True)))
 
+    def first_read(self, columns: list[str]) -> list[str]:
+        """The columns to read first from a target file that ``columns`` decide about: those
+        locally (the others are read only if rows change), every column from object stores,
+        where a read fetches the whole file anyway."""
+        return columns if self.local else [field.name for field in self.reader.schema.fields]
+
     @property
     def write_schema(self) -> pa.Schema:
         """The table's columns after the operation, as Arrow (logical names)."""

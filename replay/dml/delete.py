@@ -63,7 +63,7 @@ class DeletePlan:
     def process_file(self, file: AddFile, sinks: Sinks) -> FileChange:
         """Delete the matching rows of one target file (the per-file work)."""
         started = time.perf_counter_ns()
-        target = read_target_rows(self.table.reader, file, self.columns)
+        target = read_target_rows(self.table.reader, file, self.table.first_read(self.columns))
         rewriter = FileRewriter(self.table, sinks, target, started)
         deleted = true_positions(self.condition.bound.matches(target.rows))
         if not deleted.size:

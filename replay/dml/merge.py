@@ -112,7 +112,7 @@ class MergePlan:
         """Merge the source into one target file (the per-file work); the result names the
         source rows this file matched."""
         started = time.perf_counter_ns()
-        target = read_target_rows(self.table.reader, file, self.scan_columns())
+        target = read_target_rows(self.table.reader, file, self.table.first_read(self.scan_columns()))
         rewriter = FileRewriter(self.table, sinks, target, started)
         t_pos, s_idx = self.join.match(target.rows)
         matched_source = np.unique(s_idx) if self.of_kind(NOT_MATCHED) else None

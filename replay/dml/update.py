@@ -64,7 +64,7 @@ class UpdatePlan:
     def process_file(self, file: AddFile, sinks: Sinks) -> FileChange:
         """Update the matching rows of one target file (the per-file work)."""
         started = time.perf_counter_ns()
-        target = read_target_rows(self.table.reader, file, self.columns)
+        target = read_target_rows(self.table.reader, file, self.table.first_read(self.columns))
         rewriter = FileRewriter(self.table, sinks, target, started)
         if self.condition is None:
             updated = np.arange(target.num_rows, dtype=np.int64)
