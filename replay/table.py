@@ -17,7 +17,7 @@ that version, an operation that commits moves the object to the version it commi
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,6 +25,9 @@ import pyarrow as pa
 from logstores.conf import ConfLike
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
+from replay.dml.delete import delete_rows
+from replay.dml.merge import TableMerger
+from replay.dml.update import update_rows
 from replay.maintenance.alter import TableAlterer
 from replay.maintenance.restore import restore as restore_table
 from replay.maintenance.vacuum import vacuum as vacuum_table
@@ -36,6 +39,7 @@ from replay.state.scan import Filter
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult
 from replay.txn.transaction import Transaction
+from replay.txn.write import ArrowData
 
 if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
     import pandas as pd
@@ -166,6 +170,55 @@ class DeltaTable:
         return self._log.cleanup_expired_logs()
 
     # -- row-level changes (replay.dml) -----------------------------------------------------------
+    def delete(self, predicate: str | None = None) -> dict[str, int]:
+        """Delete the rows matching ``predicate`` (a SQL predicate; every row without one).
+
+        Returns Delta's DELETE metrics (the commit's ``operationMetrics``, as ints); nothing is
+        committed when no row matches. Raises :class:`~replay.protocol.sql.ExpressionError` naming
+        an unknown column or function and its position,
+        :class:`~replay.protocol.errors.AppendOnlyTableError` (before anything is written) and
+        Delta's conflict exceptions (:class:`~replay.protocol.errors.ConcurrentModificationError`).
+        """
+        result = delete_rows(self._snapshot, predicate)
+        self._moved_to(result.version)
+        return result.metrics
+
+    def update(
+        self,
+        updates: Mapping[str, str] | None = None,
+        new_values: Mapping[str, Any] | None = None,
+        predicate: str | None = None,
+    ) -> dict[str, int]:
+        """Set columns of the rows matching ``predicate`` (every row without one): ``updates`` maps
+        columns to SQL expressions, ``new_values`` to Python values (one of the two). Values are
+        stored into the columns' types with Spark's ANSI store assignment; a row whose partition
+        column changes moves to its new partition. Returns Delta's UPDATE metrics and raises as
+        :meth:`delete` does."""
+        result = update_rows(self._snapshot, updates, new_values, predicate)
+        self._moved_to(result.version)
+        return result.metrics
+
+    def merge(
+        self,
+        source: ArrowData,
+        predicate: str,
+        source_alias: str = "source",
+        target_alias: str = "target",
+        merge_schema: bool = False,
+    ) -> TableMerger:
+        """A MERGE of ``source`` (anything ``write_table`` writes) into the table on ``predicate``
+        (a SQL condition over ``target_alias`` and ``source_alias``): add WHEN clauses to the
+        returned :class:`~replay.dml.merge.TableMerger`, then ``execute()`` it. ``merge_schema``
+        adds the source columns that ``*`` clauses or assignments name to the table."""
+        return TableMerger(
+            self._snapshot,
+            source,
+            predicate,
+            source_alias=source_alias,
+            target_alias=target_alias,
+            merge_schema=merge_schema,
+            on_commit=self._moved_to,
+        )
 
     # -- maintenance (replay.maintenance) ---------------------------------------------------------
     def vacuum(

@@ -553,3 +553,31 @@ def test_spark_batch_and_streaming_writes_enforce_constraints(spark: Any, tmp_pa
         query.awaitTermination(180)
     assert rows(table, "id") == [(1,)]
     assert len(data_files(table)) == 1
+
+
+def _generated_table(path: str) -> None:
+    """A table whose ``g`` is generated as ``v * 2`` (writer version 4)."""
+    import dataclasses
+
+    write_table(path, pa.table({"id": [1, 2, 3], "v": [10, 20, 30], "g": [20, 40, 60]}))
+    log = DeltaLog(path)
+    snapshot = log.update()
+    schema = json.loads(snapshot.metadata.schema_string)
+    schema["fields"][2]["metadata"] = {"delta.generationExpression": "v * 2"}
+    metadata = dataclasses.replace(snapshot.metadata, schema_string=json.dumps(schema))
+    log.commit([Protocol(1, 4), metadata], "SET TBLPROPERTIES", read_version=snapshot.version)
+
+
+def test_update_and_merge_compute_generated_columns_as_delta_does(tmp_path: Path) -> None:
+    """A generated column the clause does not set is computed from the row's new values when the
+    clause sets a column it reads, or inserts the row; setting it to another value is refused."""
+    path = str(tmp_path / "t")
+    _generated_table(path)
+    ReplayTable(path).update({"v": "v + 1"}, predicate="id = 1")
+    source = pa.table({"id": [2, 9], "v": [5, 7]})  # no g: * clauses compute it
+    merger = ReplayTable(path).merge(source, "target.id = source.id")
+    merger.when_matched_update_all().when_not_matched_insert_all().execute()
+    rows = sorted(ReplayTable(path).to_pyarrow_table().to_pylist(), key=lambda row: row["id"])
+    assert [(r["id"], r["v"], r["g"]) for r in rows] == [(1, 11, 22), (2, 5, 10), (3, 30, 60), (9, 7, 14)]
+    with pytest.raises(InvariantViolationError, match=r"Generated Column \(g <=> \(v \* 2\)\)"):
+        ReplayTable(path).update({"g": "1"})

@@ -192,6 +192,46 @@ def cmd_checkpoint(args: argparse.Namespace, conf: dict[str, str]) -> int:
     return EXIT_OK
 
 
+def cmd_delete(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaTable
+    from replay.cli import output
+
+    table = DeltaTable(args.uri, conf=conf)
+    read = table.version()
+    with output.working(f"Deleting rows of {args.uri}"):
+        metrics = table.delete(args.where)
+    _emit_change("DELETE", table.version() if table.version() != read else None, metrics, as_json=args.json)
+    return EXIT_OK
+
+
+def cmd_update(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaTable
+    from replay.cli import output
+
+    updates: dict[str, str] = {}
+    for assignment in args.set:
+        column, separator, expression = assignment.partition("=")
+        if not separator or not column.strip() or not expression.strip():
+            raise UsageError(f"deltalog update: --set {assignment!r} is not of the form COLUMN=EXPRESSION")
+        updates[column.strip()] = expression.strip()
+    table = DeltaTable(args.uri, conf=conf)
+    read = table.version()
+    with output.working(f"Updating rows of {args.uri}"):
+        metrics = table.update(updates, predicate=args.where)
+    _emit_change("UPDATE", table.version() if table.version() != read else None, metrics, as_json=args.json)
+    return EXIT_OK
+
+
+def _emit_change(operation: str, committed: int | None, metrics: Mapping[str, int], *, as_json: bool) -> None:
+    """The version a row-level change committed (``null``: it changed nothing) and its metrics."""
+    from replay.cli import output
+
+    title = (
+        f"{operation} committed version {committed}" if committed is not None else f"{operation}: no change"
+    )
+    output.emit_mapping({"version": committed, **metrics}, as_json=as_json, title=title)
+
+
 def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay.cli.demo import run_demo
 
@@ -280,6 +320,30 @@ def build_parser() -> argparse.ArgumentParser:
     read_when.add_argument("--version", type=_non_negative, metavar="N")
     read_when.add_argument("--timestamp", type=_timestamp, metavar="T", help=TIMESTAMP_HELP)
     read.add_argument("--json", action="store_true", help="one JSON object per row")
+
+    delete = command("delete", cmd_delete, "Delete the rows matching a predicate; prints Delta's metrics.")
+    delete.add_argument("uri")
+    delete.add_argument(
+        "--where",
+        required=True,
+        metavar="EXPR",
+        help="the rows to delete, e.g. \"day < '2024-01-01'\" (true: all)",
+    )
+    delete.add_argument("--json", action="store_true")
+
+    update = command(
+        "update", cmd_update, "Set columns of the rows matching a predicate; prints Delta's metrics."
+    )
+    update.add_argument("uri")
+    update.add_argument(
+        "--set",
+        action="append",
+        required=True,
+        metavar="COLUMN=EXPR",
+        help="a column and its new value as a SQL expression, e.g. \"status='done'\" (repeatable)",
+    )
+    update.add_argument("--where", metavar="EXPR", help="the rows to update (all rows without it)")
+    update.add_argument("--json", action="store_true")
 
     checkpoint = command("checkpoint", cmd_checkpoint, "Write a checkpoint of the latest version.")
     checkpoint.add_argument("uri")

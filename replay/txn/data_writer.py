@@ -52,6 +52,10 @@ HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 1024 * 1024
 """Rows per Parquet row group (batches are buffered up to this many rows or :data:`ROW_GROUP_BYTES`)."""
 ROW_GROUP_BYTES = 128 * 1024 * 1024
+DICTIONARY_PAGE_BYTES = 64 * 1024
+"""Size of a column chunk's dictionary beyond which the writer falls back to plain encoding: columns
+with few distinct values keep their dictionary, unique ones (ids, measurements) stop paying for one
+early (pyarrow's default of 1 MiB dictionary-encodes 100 000 distinct longs, slower and larger)."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
 
@@ -242,6 +246,26 @@ def _check_replace_where(table: pa.Table, replace_where: str) -> None:
 
 # -- files --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class FileLayout:
+    """Where a writer's files go under the table and how they are named.
+
+    ``directory`` is a directory under the table root that holds the files (and their partition
+    directories); ``name`` formats a file name from ``task`` (the Spark partition id), ``uuid`` and
+    ``count`` (the files the task rolled over to within one partition).
+    """
+
+    directory: str = ""
+    name: str = "part-{task:05d}-{uuid}-c{count:03d}.snappy.parquet"
+
+
+DATA_FILES = FileLayout()
+"""Data files: ``[<partition dirs>/]part-00000-<uuid>-c000.snappy.parquet``."""
+CHANGE_DATA_FILES = FileLayout("_change_data", "cdc-{task:05d}-{uuid}.c{count:03d}.snappy.parquet")
+"""Change data files, named as Delta names them:
+``_change_data/[<partition dirs>/]cdc-00000-<uuid>.c000.snappy.parquet``."""
+
+
+@dataclass(frozen=True)
 class WrittenFile:
     """A data file this writer produced, ready to be committed."""
 
@@ -281,7 +305,13 @@ class _OpenFile:
         else:
             self._fs.makedirs(parent, exist_ok=True)
             self._handle = where = self._fs.open(self.target, "wb")
-        return pq.ParquetWriter(where, self._schema, compression="snappy", write_statistics=True)
+        return pq.ParquetWriter(
+            where,
+            self._schema,
+            compression="snappy",
+            write_statistics=True,
+            dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
+        )
 
     def _flush(self) -> None:
         if not self._buffer:
@@ -347,11 +377,16 @@ class DataFileWriter:
     """Writes a stream of Arrow batches as the data files of one commit (see the module docstring).
 
     Use :meth:`write` for each batch, then :meth:`close` for the files written; :meth:`discard`
-    deletes everything written so far (call it when the write fails).
+    deletes everything written so far (call it when the write fails). ``layout`` places and names
+    the files (:data:`DATA_FILES`, or :data:`CHANGE_DATA_FILES` for the change data files of a
+    DML operation, whose spec's schema then carries the ``_change_type`` column).
     """
 
-    def __init__(self, spec: FileWriteSpec, task_id: int | None = None) -> None:
+    def __init__(
+        self, spec: FileWriteSpec, task_id: int | None = None, *, layout: FileLayout = DATA_FILES
+    ) -> None:
         self.spec = spec
+        self.layout = layout
         self.task_id = _task_id() if task_id is None else task_id
         self._fs, root = open_filesystem(spec.table_path, spec.conf)
         self._root = root.rstrip("/")
@@ -407,10 +442,11 @@ class DataFileWriter:
     def _new_file(self, key: tuple[str | None, ...]) -> _OpenFile:
         count = self._rolls.get(key, 0)
         self._rolls[key] = count + 1
-        name = f"part-{self.task_id:05d}-{uuid.uuid4()}-c{count:03d}.snappy.parquet"
+        name = self.layout.name.format(task=self.task_id, uuid=uuid.uuid4(), count=count)
         values = dict(zip(self.spec.partition_columns, key, strict=True))
         directory = partition_directory(list(self.spec.partition_columns), values)
-        opened = _OpenFile(self._fs, self._root, f"{directory}/{name}" if directory else name, self.spec)
+        parts = [part for part in (self.layout.directory, directory, name) if part]
+        opened = _OpenFile(self._fs, self._root, "/".join(parts), self.spec)
         self._started.append(opened.target)
         return opened
 
