@@ -32,7 +32,7 @@ from fsspec import AbstractFileSystem
 from s3fs import S3FileSystem
 
 from logstores.conf import get_delta_conf
-from logstores.errors import BucketNotFoundError, ConditionalWriteUnsupportedError
+from logstores.errors import AccessDeniedError, BucketNotFoundError, ConditionalWriteUnsupportedError
 from logstores.filesystem import Location, path_lock
 from logstores.object_store import (
     COMMIT_TOKEN_KEY,
@@ -159,7 +159,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
         if code == "NoSuchBucket":
             raise BucketNotFoundError.of("S3 bucket", bucket, uri) from exc
         if code in _DENIED_CODES or status == 403 or isinstance(exc, PermissionError):
-            raise PermissionError(
+            raise AccessDeniedError(
                 f"access to {uri} was denied by {self._endpoint_name(location.fs)} ({code or status}); "
                 "check fs.s3a.access.key, fs.s3a.secret.key and fs.s3a.session.token"
             ) from exc
@@ -221,7 +221,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
         if before is not None:
             request["StartAfter"] = prefix + before
         entries: list[dict[str, Any]] = []
-        with self._translated(location):
+        with self._translated(location.directory()):
             while True:
                 page = fs.call_s3("list_objects_v2", **request)
                 for item in page.get("Contents", []):

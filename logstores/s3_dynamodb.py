@@ -64,7 +64,13 @@ from botocore.exceptions import (
 
 from logstores.base import FileStatus
 from logstores.conf import get_delta_conf, hadoop_conf
-from logstores.errors import EndpointUnreachableError, LogStoreConfError, LogStoreError, RequestTimeoutError
+from logstores.errors import (
+    AccessDeniedError,
+    EndpointUnreachableError,
+    LogStoreConfError,
+    LogStoreError,
+    RequestTimeoutError,
+)
 from logstores.filesystem import Location, path_lock
 from logstores.log_files import delta_file_name, delta_version
 from logstores.object_store import TEMP_DIR, check_endpoint_reachable
@@ -302,7 +308,7 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         except ClientError as exc:
             code, status = error_code(exc)
             if code in _DENIED_CODES or status == 403:
-                raise PermissionError(
+                raise AccessDeniedError(
                     f"access to {where} was denied ({code}){concerning}; check the AWS credentials"
                 ) from exc
             if code == "ResourceNotFoundException":

@@ -17,6 +17,7 @@ import pytest
 from pyspark import SparkConf
 
 from logstores import (
+    AccessDeniedError,
     AzureLogStore,
     BucketNotFoundError,
     ConditionalWriteUnsupportedError,
@@ -461,7 +462,7 @@ def test_azure_wrong_key_is_a_permission_error_without_the_key(azurite_server: A
     store = AzureLogStore(azurite_server.conf(key=wrong_key))
     container = azurite_server.create_container()
     with pytest.raises(
-        PermissionError, match=f"access to abfs://{container}/t/_delta_log/.* was denied"
+        AccessDeniedError, match=f"access to abfs://{container}/t/_delta_log/.* was denied"
     ) as info:
         store.write(f"abfs://{container}/t/_delta_log/{commit_name(0)}", ["x"])
     assert wrong_key not in str(info.value)
@@ -477,13 +478,13 @@ def test_s3_wrong_credentials_are_a_permission_error_without_the_secret(
     endpoint = moto_server_checking_credentials.endpoint
     for store in (S3LogStore(conf), S3SingleDriverLogStore(conf)):
         with pytest.raises(
-            PermissionError, match=rf"access to {uri} was denied by {endpoint} \((InvalidAccessKeyId|403)\)"
+            AccessDeniedError, match=rf"access to {uri} was denied by {endpoint} \((InvalidAccessKeyId|403)\)"
         ) as info:
             store.write(uri, ["x"])
         assert secret not in str(info.value)
     dynamo = S3DynamoDBLogStore(dynamodb_settings(moto_server_checking_credentials, unique_name("ddb")))
     denied = r"access to DynamoDB table `.*` in us-east-1 was denied \((UnrecognizedClientException|403)\)"
-    with pytest.raises(PermissionError, match=denied) as info:
+    with pytest.raises(AccessDeniedError, match=denied) as info:
         dynamo.get_latest_external_entry("s3a://bucket/t")
     assert AWS_TEST_SECRET not in str(info.value)
 
@@ -755,3 +756,5 @@ def test_a_missing_bucket_is_named_instead_of_no_commit_files(
         DeltaLog.for_table(uri, conf).snapshot()
     assert error.value.bucket == name
     assert isinstance(error.value, FileNotFoundError)
+    # the log directory listed, whole (not the "00000000000000000000." the listing starts from)
+    assert str(error.value) == f"{kind} '{name}' does not exist ({uri}/_delta_log/)"

@@ -43,6 +43,7 @@ from replay.protocol.actions import AddFile
 from replay.protocol.schema import StructType as DeltaSchema
 from replay.protocol.schema import parse_schema
 from replay.spark.options import bool_option, column_list, int_value, lower_keys
+from replay.spark.worker_errors import errors_first
 from replay.txn.data_writer import WrittenFile, delete_data_files, write_batches
 from replay.txn.transaction import transaction_committed
 from replay.txn.write_plan import (
@@ -189,13 +190,16 @@ class DeltaLogBatchWriter(DataSourceArrowWriter):
     def __init__(self, plan: WritePlan) -> None:
         self.plan = plan
 
+    @errors_first
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
         return _write_task(self.plan, iterator)
 
+    @errors_first
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         version = _commit(self.plan, _written(messages))
         logger.info("committed version %s of %s", version, self.plan.table_path)
 
+    @errors_first
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _abort(self.plan, _written(messages))
 
@@ -266,9 +270,11 @@ class DeltaLogStreamWriter(DataSourceStreamArrowWriter):
         self.app_id = app_id
         self.output_mode = output_mode
 
+    @errors_first
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
         return _write_task(self.plan, iterator)
 
+    @errors_first
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
         planned = _planned(messages) or self.plan
         plan = planned.for_transaction(self.app_id, batchId, planned.committed_txn_version)
@@ -281,6 +287,7 @@ class DeltaLogStreamWriter(DataSourceStreamArrowWriter):
                 "batch %d of query %s was already committed to %s", batchId, self.app_id, plan.table_path
             )
 
+    @errors_first
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
         _abort(_planned(messages) or self.plan, _written(messages))
 
