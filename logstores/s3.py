@@ -26,6 +26,7 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
     ReadTimeoutError,
 )
 from fsspec import AbstractFileSystem
@@ -55,6 +56,10 @@ TIMEOUT_ERRORS = (ReadTimeoutError, ConnectTimeoutError, TimeoutError)
 """botocore (and fsspec) exceptions of a request that got no answer in time."""
 UNREACHABLE_ERRORS = (EndpointConnectionError,)
 _AMBIGUOUS = (ReadTimeoutError, ConnectionClosedError, TimeoutError)
+CREDENTIAL_SETTINGS = (
+    "fs.s3a.access.key and fs.s3a.secret.key (or the AWS environment variables, profile or instance role)"
+)
+"""Where S3 credentials come from, named when there are none."""
 _DENIED_CODES = {
     "AccessDenied",
     "InvalidAccessKeyId",
@@ -113,7 +118,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
 
     service = "S3"
     timeout_service = "s3"
-    sdk_errors = (ClientError, OSError, *TIMEOUT_ERRORS, *UNREACHABLE_ERRORS)
+    sdk_errors = (ClientError, OSError, NoCredentialsError, *TIMEOUT_ERRORS, *UNREACHABLE_ERRORS)
     timeout_errors = TIMEOUT_ERRORS
     unreachable_errors = UNREACHABLE_ERRORS
     endpoint_settings = "fs.s3a.endpoint or spark.delta.logStore.<scheme>.options.endpoint_url"
@@ -158,6 +163,11 @@ class S3BaseLogStore(ObjectStoreLogStore):
         code, status = error_code(exc)
         if code == "NoSuchBucket":
             raise BucketNotFoundError.of("S3 bucket", bucket, uri) from exc
+        if isinstance(exc, NoCredentialsError):
+            raise AccessDeniedError(
+                f"no AWS credentials to access {uri} at {self._endpoint_name(location.fs)}: set "
+                f"{CREDENTIAL_SETTINGS}"
+            ) from exc
         if code in _DENIED_CODES or status == 403 or isinstance(exc, PermissionError):
             raise AccessDeniedError(
                 f"access to {uri} was denied by {self._endpoint_name(location.fs)} ({code or status}); "

@@ -59,6 +59,7 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
     ReadTimeoutError,
 )
 
@@ -75,7 +76,7 @@ from logstores.filesystem import Location, path_lock
 from logstores.log_files import delta_file_name, delta_version
 from logstores.object_store import TEMP_DIR, check_endpoint_reachable
 from logstores.redaction import redact_url, scrub
-from logstores.s3 import S3BaseLogStore, error_code
+from logstores.s3 import CREDENTIAL_SETTINGS, S3BaseLogStore, error_code
 from logstores.timeouts import endpoint_address
 
 logger = logging.getLogger(__name__)
@@ -314,6 +315,10 @@ class S3DynamoDBLogStore(S3BaseLogStore):
             if code == "ResourceNotFoundException":
                 raise LogStoreError(f"{where} does not exist (was it deleted?)") from exc
             raise
+        except NoCredentialsError as exc:
+            raise AccessDeniedError(
+                f"no AWS credentials to access {where}{concerning}: set {CREDENTIAL_SETTINGS}"
+            ) from exc
         except (ReadTimeoutError, ConnectTimeoutError, ConnectionClosedError) as exc:
             raise RequestTimeoutError(
                 f"DynamoDB request{concerning} to {self.dynamodb_address} ({where}) got no answer "
