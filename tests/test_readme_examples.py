@@ -12,6 +12,7 @@ packaging metadata) are listed in :data:`EXEMPT` with the reason and the test th
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import re
 import subprocess
@@ -187,6 +188,17 @@ TABLE_CHANGES = ("From PySpark", "from replay.cdc import table_changes")
 WRITE_SPARK = ("Writing from Spark", "from replay.spark import register")
 WRITE_PYTHON = ("Writing from Python", "from replay import DeltaLog, delete_files, write_table")
 TRANSACTION = ("Transactions and concurrent writers", "from replay import DeltaLog, AddFile")
+CHANGING_ROWS = ("Changing rows", "from replay import DeltaTable")
+CDC_TO_MERGE = ("Changing rows", "import pyarrow as pa")
+VACUUM = ("Vacuum", "from replay import DeltaTable")
+RESTORE = (
+    "Restore",
+    "table.restore(5)                                  # back to version 5, in one new commit",
+)
+ALTER = (
+    "Changing properties and schema",
+    'table.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})   # protocol -> (1, 4)',
+)
 RUN_HERE = {
     CREATE_LOG_STORE: "test_the_store_configuration_examples",
     FSSPEC_SCHEME: "test_the_store_configuration_examples",
@@ -196,6 +208,11 @@ RUN_HERE = {
     TABLE_CHANGES: "test_the_python_examples_on_s3",
     WRITE_PYTHON: "test_the_python_examples_on_s3",
     TRANSACTION: "test_the_python_examples_on_s3",
+    CHANGING_ROWS: "test_the_python_examples_on_s3",
+    CDC_TO_MERGE: "test_the_cdc_to_merge_pipeline_runs_as_written",
+    VACUUM: "test_the_maintenance_examples_on_s3",
+    RESTORE: "test_the_maintenance_examples_on_s3",
+    ALTER: "test_the_maintenance_examples_on_s3",
     READ_SPARK: "test_the_spark_examples_on_s3",
     WRITE_SPARK: "test_the_spark_examples_on_s3",
     SESSION_STORE: "test_the_spark_examples_on_s3",
@@ -432,6 +449,67 @@ def test_the_python_examples_on_s3(example_tables: ExampleTables) -> None:
     committed = run_example(TRANSACTION, {"s3://bucket/": f"s3://{bucket}/"}, {"conf": conf})
     assert committed["version"] == snapshot.version + 1
     assert "part-0.parquet" in {add.path for add in DeltaLog.for_table(table, conf).update().files()}
+
+    rows = f"s3://{bucket}/rows"
+    from replay import write_table
+
+    write_table(
+        rows,
+        pa.table(
+            {
+                "id": pa.array([7, 8, 9, 10], pa.int64()),
+                "day": ["2023-12-31", "2024-06-01", "2024-06-01", "2024-06-02"],
+                "status": ["new"] * 4,
+                "n": pa.array([1, 1, 1, 1], pa.int64()),
+            }
+        ),
+        conf=conf,
+    )
+    updates = pa.table(
+        {
+            "id": pa.array([8, 11], pa.int64()),
+            "day": ["2024-06-01", "2024-06-03"],
+            "status": ["merged"] * 2,
+            "n": pa.array([5, 6], pa.int64()),
+        }
+    )
+    run_example(CHANGING_ROWS, {"s3://bucket/t": rows}, {"conf": conf, "updates": updates})
+    after = sorted(DeltaLog.for_table(rows, conf).update().to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert [(r["id"], r["status"]) for r in after] == [(8, "merged"), (9, "new"), (10, "new"), (11, "merged")]
+
+
+@pytest.mark.cloud
+def test_the_maintenance_examples_on_s3(example_tables: ExampleTables) -> None:
+    from replay import DeltaLog, write_table
+
+    conf, bucket = example_tables.conf, example_tables.bucket
+    uri = f"s3://{bucket}/maintained"
+    for version in range(7):
+        rows = pa.table(
+            {"id": pa.array([version], pa.int64()), "amount": pa.array([version + 1], pa.int64())}
+        )
+        write_table(
+            uri,
+            rows,
+            mode="overwrite" if version % 2 else "append",
+            conf=conf,
+            configuration={"owner": "etl"} if version == 0 else None,
+        )
+    scope = run_example(VACUUM, {"s3://bucket/t": uri}, {"conf": conf})
+    table = scope["table"]
+    moment = DeltaLog.for_table(uri, conf).commit_records()[5].timestamp
+    at = f"{dt.datetime.fromtimestamp(moment / 1000, dt.UTC):%Y-%m-%d %H:%M:%S.%f}"
+    run_example(RESTORE, {"2024-06-01 12:00:00": at}, {"table": table})
+    run_example(ALTER, namespace={"table": table, "pa": pa})
+    snapshot = DeltaLog.for_table(uri, conf).update()
+    assert snapshot.config.change_data_feed_enabled and "owner" not in snapshot.metadata.configuration
+    assert "note" in snapshot.schema.field_names
+
+
+def test_the_cdc_to_merge_pipeline_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_example(CDC_TO_MERGE)
+    assert (tmp_path / "orders_copy" / "_delta_log" / "00000000000000000001.json").exists()
 
 
 @contextlib.contextmanager
