@@ -6,6 +6,7 @@ Everything here reaches storage only through the :class:`logstores.LogStore` tha
 facade, and ``spark`` and ``cli`` on top (see docs/architecture.md).
 """
 
+import replay.protocol.lazy_pandas  # noqa: F401 -- first: pyarrow must not import pandas for us
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.log.log_replay import InMemoryLogReplay

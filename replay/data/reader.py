@@ -20,12 +20,11 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
@@ -41,6 +40,9 @@ from replay.protocol.errors import DeltaError
 from replay.protocol.paths import resolve_path
 from replay.protocol.schema import StructField, StructType, arrow_type
 from replay.protocol.table_config import check_readable
+
+if TYPE_CHECKING:  # imported where a scan needs it: it costs memory that reading one file does not
+    import pyarrow.dataset as ds
 
 logger = logging.getLogger(__name__)
 
@@ -422,6 +424,8 @@ _ARROW_LOCAL_FS = pafs.LocalFileSystem()
 @functools.cache
 def _parquet_format(dictionary_columns: tuple[str, ...]) -> ds.ParquetFileFormat:
     """The Parquet format of dataset scans, decoding ``dictionary_columns`` as dictionaries."""
+    import pyarrow.dataset as ds
+
     options = ds.ParquetReadOptions(dictionary_columns=dictionary_columns, coerce_int96_timestamp_unit="us")
     # Local files are in the page cache: reading column chunks as needed beats copying them first.
     scan_options = ds.ParquetFragmentScanOptions(pre_buffer=False)
@@ -436,6 +440,8 @@ def _scan_local(
     Files come in ``fragments`` order, each as soon as it is read. With no ``names`` nothing is
     read and every file gives ``None``.
     """
+    import pyarrow.dataset as ds
+
     if not names:
         yield from ((fragment.path, None) for fragment in fragments)
         return
