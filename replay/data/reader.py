@@ -33,6 +33,7 @@ from logstores import open_filesystem
 from logstores.filesystem import uri_scheme
 from replay.data.columns import arrow_field, conform_column, match_field
 from replay.data.deletion_vectors import check_row_indexes, dv_location, read_deletion_vector
+from replay.data.dictionaries import dictionary_encoded_columns, is_dictionary_of
 from replay.data.partition_values import partition_value_array
 from replay.log.concurrency import Work, default_threads, map_concurrently
 from replay.protocol.actions import FileAction, Metadata, Protocol
@@ -165,13 +166,16 @@ class TableReader:
         row_filter: RowFilter | bool | None = True,
         extra_columns: Sequence[pa.Field] = (),
         ignore_missing: bool = False,
+        keep_dictionaries: bool = False,
     ) -> pa.Table:
         """The rows of one data file as a table with logical column names.
 
         ``row_filter=True`` applies the file's own deletion vector, ``False``/``None`` keeps every
         row, a :class:`RowFilter` selects rows explicitly. ``extra_columns`` are read from the file
         as stored (e.g. ``_change_type`` of CDC files; nulls if absent), decoded as dictionaries
-        (they hold a handful of values) and cast. Raises :class:`DataFileNotFoundError` naming the
+        (they hold a handful of values) and cast. ``keep_dictionaries``: string and binary columns
+        the file stores dictionary-encoded throughout come as dictionary arrays of their logical type
+        (:mod:`replay.data.dictionaries`). Raises :class:`DataFileNotFoundError` naming the
         file when it is missing, unless ``ignore_missing`` (then the result is empty).
         """
         fields = self.read_fields(columns)
@@ -188,8 +192,14 @@ class TableReader:
                 layout = _Layout.of(
                     parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode
                 )
-                if layout.extra_present:  # the footer is parsed once: reopen with it
-                    parquet = _open_parquet(source, parquet.metadata, sorted(layout.extra_present))
+                dictionaries = set(layout.extra_present)
+                if keep_dictionaries:
+                    data_names = [layout.wanted[f.name] for f in data_fields if f.name in layout.wanted]
+                    dictionaries.update(
+                        dictionary_encoded_columns(parquet.metadata, parquet.schema_arrow, data_names)
+                    )
+                if dictionaries:  # the footer is parsed once: reopen with it
+                    parquet = _open_parquet(source, parquet.metadata, sorted(dictionaries))
                 raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
                 num_rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
             except (pa.ArrowException, OSError) as exc:
@@ -204,7 +214,14 @@ class TableReader:
                 f"Data file {uri} of table {self.table_path} does not exist", table=self.table_path
             ) from None
         return self._assemble(
-            file, fields, layout, raw, num_rows, row_filter=row_filter, extra_columns=extra_columns
+            file,
+            fields,
+            layout,
+            raw,
+            num_rows,
+            row_filter=row_filter,
+            extra_columns=extra_columns,
+            keep_dictionaries=keep_dictionaries,
         )
 
     def _assemble(
@@ -217,23 +234,30 @@ class TableReader:
         *,
         row_filter: RowFilter | None,
         extra_columns: Sequence[pa.Field],
+        keep_dictionaries: bool = False,
     ) -> pa.Table:
-        """The result table of :meth:`read_file` from the columns ``raw`` read as ``layout`` says."""
+        """The result table of :meth:`read_file` from the columns ``raw`` read as ``layout`` says
+        (dictionary columns of the logical type kept as they are with ``keep_dictionaries``)."""
         if row_filter is not None:
             mask = row_filter.mask(num_rows, self.file_uri(file))
             raw = raw.filter(mask) if raw is not None else None
             num_rows = int(pc.sum(mask).as_py() or 0)
         arrays: list[pa.ChunkedArray | pa.Array] = []
-        for struct_field in fields:
+        schema_fields = [arrow_field(f) for f in fields]
+        for position, struct_field in enumerate(fields):
             if struct_field.name in self.partition_columns:
                 value = self._partition_value(file, struct_field)
                 arrays.append(partition_value_array(value, struct_field.type, num_rows))
             elif struct_field.name in layout.wanted and raw is not None:
                 column = raw.column(layout.wanted[struct_field.name])
-                arrays.append(conform_column(column, struct_field.type, self.column_mapping_mode))
+                logical = schema_fields[position]
+                if keep_dictionaries and is_dictionary_of(column.type, logical.type):
+                    schema_fields[position] = logical.with_type(column.type)
+                    arrays.append(column)
+                else:
+                    arrays.append(conform_column(column, struct_field.type, self.column_mapping_mode))
             else:
                 arrays.append(pa.nulls(num_rows, arrow_type(struct_field.type)))
-        schema_fields = [arrow_field(f) for f in fields]
         for extra in extra_columns:
             if raw is not None and extra.name in layout.extra_present:
                 arrays.append(raw.column(extra.name).cast(extra.type))

@@ -211,8 +211,10 @@ class MergePlan:
         source = self.join.source
         if not clauses or source.num_rows == 0:
             return counts
-        found = np.unique(np.concatenate(list(matched))) if matched else EMPTY
-        unmatched = np.setdiff1d(np.arange(source.num_rows, dtype=np.int64), found)
+        found = np.zeros(source.num_rows, dtype=bool)
+        for indexes in matched:
+            found[indexes] = True
+        unmatched = np.flatnonzero(~found).astype(np.int64)
         if not unmatched.size:
             return counts
         rows = source.take(pa.array(unmatched))

@@ -226,8 +226,15 @@ def _sorted_join(
     target: pa.Array | pa.ChunkedArray, keys: np.ndarray, rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Equal-key pairs of ``target`` values against sorted source ``keys`` (with their source
-    ``rows``): for each target row, every source row of its key range (binary search)."""
+    ``rows``): for each target row, every source row of its key range (binary search, among the
+    keys within the target's range of values)."""
     values, valid = _as_int64(target)
+    if not valid.any():
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    present = values if valid.all() else values[valid]
+    start = np.searchsorted(keys, present.min(), side="left")
+    stop = np.searchsorted(keys, present.max(), side="right")
+    keys, rows = keys[start:stop], rows[start:stop]
     low = np.searchsorted(keys, values, side="left")
     high = np.searchsorted(keys, values, side="right")
     counts = np.where(valid, high - low, 0)

@@ -32,6 +32,7 @@ from replay.cdc.change_actions import (
     CDC_TYPE_UPDATE_PREIMAGE,
 )
 from replay.data.deletion_vector_writer import DeletionVectorUpdate
+from replay.data.dictionaries import decode_dictionaries, has_dictionaries, is_dictionary_of
 from replay.dml.context import CHANGE_TYPE_FIELD, DmlTable
 from replay.dml.outputs import Sinks
 from replay.dml.target_rows import TargetRows, rows_with_columns
@@ -110,7 +111,7 @@ class FileChange:
 
 def align(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """``rows`` with exactly the columns of ``schema`` (matched by name, case-insensitively; missing
-    ones as nulls) in its order and types."""
+    ones as nulls) in its order and types (dictionary columns of the type kept as they are)."""
     index = {name.lower(): i for i, name in enumerate(rows.column_names)}
     arrays: list[pa.ChunkedArray | pa.Array] = []
     for target in schema:
@@ -119,7 +120,8 @@ def align(rows: pa.Table, schema: pa.Schema) -> pa.Table:
             arrays.append(pa.nulls(rows.num_rows, target.type))
             continue
         column = rows.column(position)
-        arrays.append(column if column.type == target.type else column.cast(target.type))
+        kept = column.type == target.type or is_dictionary_of(column.type, target.type)
+        arrays.append(column if kept else column.cast(target.type))
     return pa.Table.from_arrays(arrays, names=schema.names)
 
 
@@ -161,28 +163,33 @@ class FileRewriter:
         return not self.table.deletion_vectors
 
     def load(self, positions: np.ndarray) -> None:
-        """Read every column of the rows at ``positions`` (of all rows when copying on write), for
+        """Read every column of the rows at ``positions`` (of all rows when copying on write, string
+        columns the file stores dictionary-encoded as dictionary arrays), for
         :meth:`full_rows`."""
         if self.copy_on_write:
             self._loaded_positions = None
-            self._loaded = rows_with_columns(self.table.reader, self.target, None, self._columns)
+            self._loaded = rows_with_columns(
+                self.table.reader, self.target, None, self._columns, keep_dictionaries=True
+            )
             return
         wanted = np.unique(positions)
         self._loaded_positions = wanted
         self._loaded = rows_with_columns(self.table.reader, self.target, wanted, self._columns)
 
     def full_rows(self, positions: np.ndarray | None = None) -> pa.Table:
-        """Every column of the rows at ``positions`` (``None``: all rows), which :meth:`load` must
-        have covered."""
+        """Every column of the rows at ``positions``, which :meth:`load` must have covered, with
+        plain columns (values are computed from them); ``None``: all rows as loaded, for the copy."""
         if self._loaded is None:
             self.load(positions if positions is not None else np.arange(self.target.num_rows))
         assert self._loaded is not None
         if self._loaded_positions is None:
-            return self._loaded if positions is None else self._loaded.take(pa.array(positions, pa.int64()))
+            if positions is None:
+                return self._loaded
+            return decode_dictionaries(self._loaded.take(pa.array(positions, pa.int64())))
         if positions is None:
             positions = np.arange(self.target.num_rows)
         at = np.searchsorted(self._loaded_positions, positions)
-        return self._loaded.take(pa.array(at, pa.int64()))
+        return decode_dictionaries(self._loaded.take(pa.array(at, pa.int64())))
 
     def unchanged(self) -> FileChange:
         return FileChange(self.target.file, scan_ns=time.perf_counter_ns() - self.started_ns)
@@ -240,7 +247,10 @@ class FileRewriter:
             order[updated] = count + np.arange(updated.size)
             if deleted.size:
                 order = np.delete(order, deleted)
-            return pa.concat_tables([rows, align(new_rows, schema)]).take(pa.array(order, pa.int64()))
+            new = align(new_rows, schema)
+            if has_dictionaries(rows.schema):  # the new values join the dictionaries (take unifies them)
+                new = new.cast(rows.schema)
+            return pa.concat_tables([rows, new]).take(pa.array(order, pa.int64()))
         if deleted.size:
             keep = np.ones(count, dtype=bool)
             keep[deleted] = False

@@ -58,11 +58,16 @@ def read_target_rows(reader: TableReader, file: AddFile, columns: Sequence[str])
 
 
 def rows_with_columns(
-    reader: TableReader, target: TargetRows, positions: np.ndarray | None, columns: Sequence[str]
+    reader: TableReader,
+    target: TargetRows,
+    positions: np.ndarray | None,
+    columns: Sequence[str],
+    *,
+    keep_dictionaries: bool = False,
 ) -> pa.Table:
     """The rows at ``positions`` (indexes into ``target.rows``; ``None``: every row) with
     ``columns``, in that order: columns already read are taken from ``target``, the others read
-    from the file now."""
+    from the file now (``keep_dictionaries``: as :meth:`TableReader.read_file`)."""
     have = set(target.rows.column_names)
     missing = [column for column in columns if column not in have]
     taken = pa.array(positions, pa.int64()) if positions is not None else None
@@ -72,7 +77,7 @@ def rows_with_columns(
             column = target.rows.column(name)
             parts[name] = column.take(taken) if taken is not None else column
     if missing:
-        raw = reader.read_file(target.file, missing, row_filter=False)
+        raw = reader.read_file(target.file, missing, row_filter=False, keep_dictionaries=keep_dictionaries)
         physical = target.row_index if positions is None else target.row_index[positions]
         if positions is not None or raw.num_rows != target.num_rows:
             raw = raw.take(pa.array(physical, pa.int64()))

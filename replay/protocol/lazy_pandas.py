@@ -3,10 +3,10 @@
 pyarrow decides once per process, lazily, whether pandas is available, and takes that decision by
 importing pandas: the first array built from a NumPy array or from Python objects, the first
 scalar made from a Python value, and the import of ``pyarrow.dataset`` (whose initialisation makes
-a scalar) each do it (its Cython layer decides on the first of these, its C++ conversion of
-Python values once more on the first value it infers a type for). Importing pandas costs about 40 MB of resident memory and a third of a
-second, in a process that may never use it; this library never needs it (``to_pandas`` imports
-it when asked).
+a scalar) each do it; its Cython layer decides on the first of these, its C++ conversion of Python
+values once more on the first value whose type it infers. Importing pandas costs about 40 MB of
+resident memory and a third of a second, in a process that may never use it; this library never
+needs it (``to_pandas`` imports it when asked).
 
 Importing this module (the first thing ``import replay`` does) lets pyarrow take that decision
 at once, with pandas out of reach for the moment, so that it records "no pandas" without loading

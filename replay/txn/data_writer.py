@@ -19,6 +19,7 @@ of a write that will not be committed.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as _dt
 import functools
@@ -39,6 +40,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
 from logstores.redaction import redact_url
+from replay.data.dictionaries import decode_dictionaries, has_dictionaries, is_dictionary_of
 from replay.protocol.actions import AddFile
 from replay.protocol.constraints import TableConstraints
 from replay.protocol.paths import resolve_path
@@ -56,6 +58,9 @@ DICTIONARY_PAGE_BYTES = 64 * 1024
 """Size of a column chunk's dictionary beyond which the writer falls back to plain encoding: columns
 with few distinct values keep their dictionary, unique ones (ids, measurements) stop paying for one
 early (pyarrow's default of 1 MiB dictionary-encodes 100 000 distinct longs, slower and larger)."""
+ARROW_SCHEMA_KEY = "ARROW:schema"
+"""The key of the Parquet footer's key-value metadata that holds the Arrow schema (as pyarrow
+stores it: the serialized schema, base64)."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
 
@@ -157,7 +162,8 @@ def conform(
     data: pa.Table | pa.RecordBatch, spec: FileWriteSpec, constraints: RowConstraints | None = None
 ) -> pa.Table:
     """``data`` with the table's column names, order and types (nested fields nullable:
-    :func:`relaxed_schema`); missing columns as nulls, missing generated columns computed, and the
+    :func:`relaxed_schema`; a dictionary column of the type's values stays one when there are no
+    constraints); missing columns as nulls, missing generated columns computed, and the
     table's constraints checked (``constraints``: the spec's,
     compiled once by the caller; ``None`` when the table has none).
 
@@ -166,6 +172,8 @@ def conform(
     does not cast.
     """
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    if constraints is not None:  # constraints are evaluated over plain columns
+        table = decode_dictionaries(table)
     by_lower = {name.lower(): index for index, name in enumerate(table.column_names)}
     known = {name.lower() for name in spec.schema.names}
     unknown = [name for name in table.column_names if name.lower() not in known]
@@ -192,7 +200,9 @@ def conform(
             columns.append(pa.nulls(table.num_rows, target.type))
             continue
         column = table.column(index)
-        if column.type != target.type:
+        if is_dictionary_of(column.type, target.type):  # written as a dictionary (replay.data.dictionaries)
+            schema = schema.set(len(columns), target.with_type(column.type))
+        elif column.type != target.type:
             try:
                 column = column.cast(target.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -287,9 +297,14 @@ class _OpenFile:
         self._buffered_bytes = 0
         self._writer: pq.ParquetWriter | None = None
         self._handle: Any = None
+        self._chunk_schema: pa.Schema | None = None
         self.rows = 0
 
     def add(self, table: pa.Table) -> None:
+        if self._chunk_schema is None:  # dictionary columns (or none) as the first rows have them
+            self._chunk_schema = table.schema
+        elif not table.schema.equals(self._chunk_schema):
+            table = table.cast(self._chunk_schema)
         self._buffer.append(table)
         self._buffered_rows += table.num_rows
         self._buffered_bytes += table.nbytes
@@ -305,13 +320,29 @@ class _OpenFile:
         else:
             self._fs.makedirs(parent, exist_ok=True)
             self._handle = where = self._fs.open(self.target, "wb")
-        return pq.ParquetWriter(
+        chunks = self._chunk_schema
+        if chunks is None or not has_dictionaries(chunks):
+            return pq.ParquetWriter(
+                where,
+                self._schema,
+                compression="snappy",
+                write_statistics=True,
+                dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
+            )
+        # Dictionary columns are written as they are (their Parquet type is their values'); the
+        # file's Arrow schema says what it says for any other file: the plain types.
+        writer = pq.ParquetWriter(
             where,
-            self._schema,
+            pa.schema([f.with_type(chunks.field(f.name).type) for f in self._schema]),
             compression="snappy",
             write_statistics=True,
             dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
+            store_schema=False,
         )
+        writer.add_key_value_metadata(
+            {ARROW_SCHEMA_KEY: base64.b64encode(self._schema.serialize().to_pybytes()).decode()}
+        )
+        return writer
 
     def _flush(self) -> None:
         if not self._buffer:
@@ -403,7 +434,7 @@ class DataFileWriter:
             return
         table = conform(data, self.spec, self._constraints)
         if self.spec.replace_where is not None:
-            _check_replace_where(table, self.spec.replace_where)
+            _check_replace_where(decode_dictionaries(table), self.spec.replace_where)
         for key, part in self._split(table):
             self._append(key, part)
 

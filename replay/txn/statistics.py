@@ -83,6 +83,8 @@ class _Leaf:
         self.nulls += array.null_count
         if self.has_nan or not _has_min_max(self.arrow_type) or array.null_count == len(array):
             return
+        if pa.types.is_dictionary(array.type):
+            array = _used_values(array)
         if pa.types.is_floating(self.arrow_type) and pc.any(pc.is_nan(array)).as_py():
             self.has_nan = True
             return
@@ -103,6 +105,12 @@ class _Leaf:
         if isinstance(high, str) and len(high) > prefix_length:
             high = high[:prefix_length] + MAX_STRING_TIE_BREAKER
         return _stat_value(low, self.arrow_type), _stat_value(high, self.arrow_type)
+
+
+def _used_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The values a dictionary column refers to (its bounds are theirs), each once."""
+    chunks = [chunk.dictionary.take(pc.unique(chunk.indices).drop_null()) for chunk in column.chunks]
+    return pa.chunked_array(chunks, type=column.type.value_type)
 
 
 def _leaves(schema: pa.Schema, limit: int) -> list[_Leaf]:

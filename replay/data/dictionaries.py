@@ -1,0 +1,92 @@
+"""Dictionary-encoded string columns: read, carried and written again without building each value.
+
+A string column with few distinct values is stored in Parquet as a dictionary page and small
+indices. Decoding it into an Arrow dictionary array costs a fraction of materialising every
+string, and so do filtering it, computing its statistics (over the distinct values) and
+dictionary-encoding it again when it is written. Copy-on-write rewrites use this: the columns a
+file stores dictionary-encoded (:func:`dictionary_encoded_columns`) are read as dictionary
+arrays of their logical type (:func:`is_dictionary_of`), which the data writer writes as such.
+Everywhere a value is computed from them (expressions, constraints, change data), they are
+decoded first (:func:`decode_dictionaries`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DICTIONARY_READ_BYTES = 1024 * 1024
+"""Largest dictionary page (as stored) of a column chunk read as a dictionary."""
+INDEX_BYTES = 3
+"""A column chunk counts as dictionary-encoded throughout when its pages besides the dictionary take
+less than this many bytes per non-null value (uncompressed): dictionary indices take two bytes at
+most for a dictionary that fits a Parquet writer's limit, while a plain-encoded string takes four
+for its length alone. A chunk whose writer fell back to plain encoding part way through is thus
+not decoded as a dictionary (which would hash each of its plain values)."""
+
+
+def dictionary_encoded_columns(
+    metadata: pq.FileMetaData, schema: pa.Schema, names: Iterable[str]
+) -> list[str]:
+    """The top-level string and binary columns among ``names`` (columns of a Parquet file with
+    Arrow ``schema`` and footer ``metadata``) that every row group stores dictionary-encoded
+    throughout (:data:`INDEX_BYTES`), with a dictionary page of at most
+    :data:`DICTIONARY_READ_BYTES`."""
+    wanted = [
+        name
+        for name in names
+        if (index := schema.get_field_index(name)) >= 0 and _is_string_like(schema.field(index).type)
+    ]
+    if not wanted or metadata.num_row_groups == 0:
+        return []
+    groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+    leaves = {groups[0].column(j).path_in_schema: j for j in range(groups[0].num_columns)}
+    found = []
+    for name in wanted:
+        leaf = leaves.get(name)
+        if leaf is not None and all(_dictionary_encoded(group.column(leaf)) for group in groups):
+            found.append(name)
+    return found
+
+
+def _is_string_like(data_type: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(data_type)
+        or pa.types.is_large_string(data_type)
+        or pa.types.is_binary(data_type)
+        or pa.types.is_large_binary(data_type)
+    )
+
+
+def _dictionary_encoded(chunk: pq.ColumnChunkMetaData) -> bool:
+    if not chunk.has_dictionary_page or chunk.dictionary_page_offset is None:
+        return False
+    dictionary = chunk.data_page_offset - chunk.dictionary_page_offset
+    if not 0 < dictionary <= DICTIONARY_READ_BYTES:
+        return False
+    statistics = chunk.statistics
+    nulls = statistics.null_count if statistics is not None and statistics.has_null_count else 0
+    values = max(chunk.num_values - nulls, 1)
+    return chunk.total_uncompressed_size - dictionary < INDEX_BYTES * values
+
+
+def is_dictionary_of(data_type: pa.DataType, value_type: pa.DataType) -> bool:
+    """Whether ``data_type`` is a dictionary type whose values are of ``value_type``."""
+    return pa.types.is_dictionary(data_type) and data_type.value_type == value_type
+
+
+def has_dictionaries(schema: pa.Schema) -> bool:
+    return any(pa.types.is_dictionary(f.type) for f in schema)
+
+
+def decode_dictionaries(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary columns decoded to their value type (itself when it has none)."""
+    if not has_dictionaries(table.schema):
+        return table
+    plain = pa.schema(
+        [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema],
+        metadata=table.schema.metadata,
+    )
+    return table.cast(plain)
