@@ -6,7 +6,10 @@ Everything here reaches storage only through the :class:`logstores.LogStore` tha
 facade, and ``spark`` and ``cli`` on top (see docs/architecture.md).
 """
 
-import replay.protocol.lazy_pandas  # noqa: F401 -- first: pyarrow must not import pandas for us
+# First of all, the process-wide pyarrow settings (see each module): pyarrow must not import
+# pandas on the library's behalf, and Arrow's buffers come from jemalloc.
+import replay.protocol.lazy_pandas
+import replay.protocol.memory_pool  # noqa: F401
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.log.log_replay import InMemoryLogReplay

@@ -1,5 +1,6 @@
-"""The library never makes pyarrow import pandas (nor anything import pyspark), and pyarrow treats
-pandas objects as before once the process imports pandas itself.
+"""The process-wide pyarrow settings of ``import replay``: the library never makes pyarrow import
+pandas (nor anything import pyspark), pyarrow treats pandas objects as before once the process
+imports pandas itself; Arrow's default pool is jemalloc unless the application chose one.
 
 Each case runs in a fresh interpreter: the test process has pandas imported already.
 """
@@ -7,6 +8,7 @@ Each case runs in a fresh interpreter: the test process has pandas imported alre
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,12 +17,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_fresh(code: str) -> dict[str, object]:
-    """Run ``code`` in a new interpreter (the worktree's library first on the path); it prints
-    one JSON object last."""
+def run_fresh(code: str, environment: dict[str, str] | None = None) -> dict[str, object]:
+    """Run ``code`` in a new interpreter (the worktree's library first on the path, ``environment``
+    added to the environment); it prints one JSON object last."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=REPO_ROOT,
+        env={**env, **(environment or {})},
         capture_output=True,
         text=True,
         check=False,
@@ -93,7 +97,28 @@ def test_nothing_changes_when_pandas_comes_first() -> None:
         import pyarrow as pa
         import replay
         print(json.dumps({"series": str(pa.array(pd.Series([1, None], dtype="Int64")).type),
-                          "finders": [type(f).__name__ for f in sys.meta_path if "Pandas" in type(f).__name__]}))
+                          "finders": [type(f).__name__ for f in sys.meta_path
+                                      if "Pandas" in type(f).__name__]}))
         """
     )
     assert found == {"series": "int64", "finders": []}
+
+
+POOL = """
+import json
+{before}
+import pyarrow as pa
+import replay
+print(json.dumps({{"pool": pa.default_memory_pool().backend_name}}))
+"""
+
+
+def test_arrow_buffers_come_from_jemalloc() -> None:
+    assert run_fresh(POOL.format(before="")) == {"pool": "jemalloc"}
+
+
+def test_a_pool_the_application_chose_stays() -> None:
+    named = run_fresh(POOL.format(before=""), {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})
+    assert named == {"pool": "mimalloc"}
+    chosen = "import pyarrow as pa; pa.set_memory_pool(pa.system_memory_pool())"
+    assert run_fresh(POOL.format(before=chosen)) == {"pool": "system"}
