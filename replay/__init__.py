@@ -6,10 +6,10 @@ Everything here reaches storage only through the :class:`logstores.LogStore` tha
 facade, and ``spark`` and ``cli`` on top (see docs/architecture.md).
 """
 
-# First of all, the process-wide pyarrow settings (see each module): pyarrow must not import
-# pandas on the library's behalf, and Arrow's buffers come from jemalloc.
-import replay.protocol.lazy_pandas
-import replay.protocol.memory_pool  # noqa: F401
+# First of all, the process-wide pyarrow settings (see each module): Arrow's buffers come from
+# jemalloc (chosen before pyarrow is imported), and pyarrow must not import pandas for the library.
+import replay.protocol.memory_pool  # isort: skip
+import replay.protocol.lazy_pandas  # noqa: F401
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.log.log_replay import InMemoryLogReplay

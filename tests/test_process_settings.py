@@ -105,20 +105,34 @@ def test_nothing_changes_when_pandas_comes_first() -> None:
 
 
 POOL = """
-import json
+import json, os, sys
 {before}
-import pyarrow as pa
 import replay
-print(json.dumps({{"pool": pa.default_memory_pool().backend_name}}))
+import pyarrow as pa
+import pyarrow.parquet as pq
+sink = pa.BufferOutputStream()
+pq.write_table(pa.table({{"a": list(range(100_000))}}), sink)
+pq.read_table(pa.BufferReader(sink.getvalue()))
+print(json.dumps({{"pool": pa.default_memory_pool().backend_name,
+                  "mimalloc used": pa.mimalloc_memory_pool().max_memory() > 0,
+                  "variable": os.environ.get("ARROW_DEFAULT_MEMORY_POOL")}}))
 """
 
 
 def test_arrow_buffers_come_from_jemalloc() -> None:
-    assert run_fresh(POOL.format(before="")) == {"pool": "jemalloc"}
+    """Arrow's C++ code too (the Parquet writer's pages) allocates from jemalloc, and the variable
+    that chose it is gone again."""
+    found = run_fresh(POOL.format(before=""))
+    assert found == {"pool": "jemalloc", "mimalloc used": False, "variable": None}
+
+
+def test_pyarrow_imported_before_gets_jemalloc_as_its_default() -> None:
+    found = run_fresh(POOL.format(before="import pyarrow"))
+    assert found["pool"] == "jemalloc"
 
 
 def test_a_pool_the_application_chose_stays() -> None:
-    named = run_fresh(POOL.format(before=""), {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})
-    assert named == {"pool": "mimalloc"}
+    named = run_fresh(POOL.format(before=""), {"ARROW_DEFAULT_MEMORY_POOL": "system"})
+    assert named == {"pool": "system", "mimalloc used": False, "variable": "system"}
     chosen = "import pyarrow as pa; pa.set_memory_pool(pa.system_memory_pool())"
-    assert run_fresh(POOL.format(before=chosen)) == {"pool": "system"}
+    assert run_fresh(POOL.format(before=chosen))["pool"] == "system"
