@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 DICTIONARY_READ_BYTES = 1024 * 1024
@@ -90,3 +92,36 @@ def decode_dictionaries(table: pa.Table) -> pa.Table:
         metadata=table.schema.metadata,
     )
     return table.cast(plain)
+
+
+SAMPLE_ROWS = 1024
+"""Values of a column looked at to decide whether to dictionary-encode it when writing."""
+DISTINCT_SHARE = 0.95
+"""A sample this distinct means a column with about ten thousand distinct values or more, whose
+dictionary would outgrow a writer's dictionary page (8192 longs fit in 64 KiB) and fall back to
+plain encoding after building it: such columns are written plain from the start."""
+
+
+def dictionary_columns(table: pa.Table) -> list[str] | bool:
+    """Which columns of ``table`` (the first rows of a data file) to dictionary-encode: all of them
+    (``True``, Parquet's default, which falls back to plain encoding when a dictionary grows too
+    large) unless some flat column's evenly spaced sample of :data:`SAMPLE_ROWS` values is
+    :data:`DISTINCT_SHARE` distinct; those are left out. Dictionary arrays are always encoded as
+    dictionaries. Tables with nested columns keep the default."""
+    if table.num_rows <= SAMPLE_ROWS or any(pa.types.is_nested(f.type) for f in table.schema):
+        return True
+    step = table.num_rows // SAMPLE_ROWS
+    sample = pa.array(np.arange(0, step * SAMPLE_ROWS, step, dtype=np.int64))
+    chosen = [
+        field.name
+        for field, column in zip(table.schema, table.columns, strict=True)
+        if pa.types.is_dictionary(field.type) or not _mostly_distinct(column, sample)
+    ]
+    return True if len(chosen) == table.num_columns else chosen
+
+
+def _mostly_distinct(column: pa.ChunkedArray, sample: pa.Array) -> bool:
+    if pa.types.is_boolean(column.type) or column.null_count == len(column):
+        return False
+    values = column.take(sample)
+    return pc.count_distinct(values).as_py() >= DISTINCT_SHARE * len(values)

@@ -32,7 +32,7 @@ from replay.cdc.change_actions import (
     CDC_TYPE_UPDATE_PREIMAGE,
 )
 from replay.data.deletion_vector_writer import DeletionVectorUpdate
-from replay.data.dictionaries import decode_dictionaries, has_dictionaries, is_dictionary_of
+from replay.data.dictionaries import decode_dictionaries, is_dictionary_of
 from replay.dml.context import CHANGE_TYPE_FIELD, DmlTable
 from replay.dml.outputs import Sinks
 from replay.dml.target_rows import TargetRows, rows_with_columns
@@ -238,21 +238,44 @@ class FileRewriter:
         return result
 
     def _copy(self, deleted: np.ndarray, updated: np.ndarray, new_rows: pa.Table | None) -> pa.Table:
-        """The file's rows in order: deleted ones left out, updated ones replaced by their new values."""
+        """The file's rows in order: deleted ones left out, updated ones replaced by their new values.
+
+        A column whose new values equal the old ones (an UPDATE leaves most columns as they are)
+        is copied as it is, without the positional merge the changed columns need."""
         count = self.target.num_rows
         schema = self.table.write_schema
         rows = align(self.full_rows(), schema)
-        if updated.size and new_rows is not None:
-            order = np.arange(count)
-            order[updated] = count + np.arange(updated.size)
-            if deleted.size:
-                order = np.delete(order, deleted)
-            new = align(new_rows, schema)
-            if has_dictionaries(rows.schema):  # the new values join the dictionaries (take unifies them)
-                new = new.cast(rows.schema)
-            return pa.concat_tables([rows, new]).take(pa.array(order, pa.int64()))
+        kept = None
         if deleted.size:
             keep = np.ones(count, dtype=bool)
             keep[deleted] = False
-            return rows.filter(pa.array(keep))
-        return rows
+            kept = pa.array(keep)
+        if not updated.size or new_rows is None:
+            return rows.filter(kept) if kept is not None else rows
+        new = align(new_rows, schema)
+        old = decode_dictionaries(rows.take(pa.array(updated, pa.int64())))
+        order: pa.Array | None = None
+        arrays: list[pa.ChunkedArray] = []
+        for index, column in enumerate(rows.columns):
+            replacement = new.column(index)
+            if _same_values(old.column(index), replacement):
+                arrays.append(column.filter(kept) if kept is not None else column)
+                continue
+            if order is None:
+                positions = np.arange(count)
+                positions[updated] = count + np.arange(updated.size)
+                order = pa.array(np.delete(positions, deleted) if deleted.size else positions, pa.int64())
+            if replacement.type != column.type:  # new values join the dictionary (take unifies them)
+                replacement = replacement.cast(column.type)
+            merged = pa.chunked_array(column.chunks + replacement.chunks, type=column.type)
+            arrays.append(merged.take(order))
+        return pa.Table.from_arrays(arrays, schema=rows.schema)
+
+
+def _same_values(old: pa.ChunkedArray, new: pa.ChunkedArray) -> bool:
+    """Whether ``new`` holds exactly the values of ``old``: same type, equal values and nulls,
+    for types whose equality is identity (floating point, where -0.0 equals 0.0, and nested types,
+    which may hold it, are never taken as unchanged)."""
+    data_type = old.type
+    exact = not (pa.types.is_floating(data_type) or pa.types.is_nested(data_type))
+    return exact and new.type == data_type and old.equals(new)

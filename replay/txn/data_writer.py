@@ -40,7 +40,12 @@ from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
 from logstores.redaction import redact_url
-from replay.data.dictionaries import decode_dictionaries, has_dictionaries, is_dictionary_of
+from replay.data.dictionaries import (
+    decode_dictionaries,
+    dictionary_columns,
+    has_dictionaries,
+    is_dictionary_of,
+)
 from replay.protocol.actions import AddFile
 from replay.protocol.constraints import TableConstraints
 from replay.protocol.paths import resolve_path
@@ -312,7 +317,9 @@ class _OpenFile:
         if self._buffered_rows >= ROW_GROUP_ROWS or self._buffered_bytes >= ROW_GROUP_BYTES:
             self._flush()
 
-    def _open(self) -> pq.ParquetWriter:
+    def _open(self, first: pa.Table) -> pq.ParquetWriter:
+        """The Parquet writer of the file, whose first rows are ``first`` (they decide which
+        columns are dictionary-encoded: :func:`~replay.data.dictionaries.dictionary_columns`)."""
         parent = self.target.rsplit("/", 1)[0]
         if isinstance(self._fs, LocalFileSystem):
             os.makedirs(parent, exist_ok=True)
@@ -321,12 +328,14 @@ class _OpenFile:
             self._fs.makedirs(parent, exist_ok=True)
             self._handle = where = self._fs.open(self.target, "wb")
         chunks = self._chunk_schema
+        use_dictionary = dictionary_columns(first)
         if chunks is None or not has_dictionaries(chunks):
             return pq.ParquetWriter(
                 where,
                 self._schema,
                 compression="snappy",
                 write_statistics=True,
+                use_dictionary=use_dictionary,
                 dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
             )
         # Dictionary columns are written as they are (their Parquet type is their values'); the
@@ -336,6 +345,7 @@ class _OpenFile:
             pa.schema([f.with_type(chunks.field(f.name).type) for f in self._schema]),
             compression="snappy",
             write_statistics=True,
+            use_dictionary=use_dictionary,
             dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
             store_schema=False,
         )
@@ -350,14 +360,14 @@ class _OpenFile:
         chunk = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
         self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
         if self._writer is None:
-            self._writer = self._open()
+            self._writer = self._open(chunk)
         self._writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
         self._stats.add(chunk)
 
     def close(self, partition_values: dict[str, str | None], now: int) -> WrittenFile:
         self._flush()
         if self._writer is None:  # an empty file still has a schema
-            self._writer = self._open()
+            self._writer = self._open(self._schema.empty_table())
         self._writer.close()
         if self._handle is not None:
             size = self._handle.tell()
