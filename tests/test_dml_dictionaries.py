@@ -111,3 +111,15 @@ def test_constraints_hold_over_dictionary_columns(tmp_path: Path) -> None:
         DeltaTable(uri).update({"cat": "'bad'"}, predicate="id = 7")
     DeltaTable(uri).update({"x": "x * 2"}, predicate="id < 10")
     assert DeltaTable(uri).to_pyarrow_table().sort_by("id")["cat"].to_pylist() == DATA["cat"].to_pylist()
+
+
+def test_nearly_distinct_columns_are_written_without_a_dictionary(tmp_path: Path) -> None:
+    """A dictionary of unique values would outgrow its page and fall back to plain encoding: such
+    columns are written plain from the start; the others keep their dictionary."""
+    uri = str(tmp_path / "t")
+    write_table(uri, DATA)
+    path = next(Path(uri).glob("*.parquet"))
+    chunks = pq.ParquetFile(path).metadata.row_group(0)
+    dictionary = {chunks.column(i).path_in_schema: chunks.column(i).has_dictionary_page for i in range(5)}
+    assert dictionary == {"id": False, "cat": True, "name": False, "b": True, "x": False}
+    assert pq.read_table(path).equals(DATA)

@@ -224,13 +224,15 @@ class FileRewriter:
                 self.sinks.write_changes(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
         result.changed_rows = int(changed.size)
         if self.copy_on_write:
-            result.rewritten = self.sinks.rewrite(self._copy(deleted, updated, new_rows))
+            rows = self._copy(deleted, updated, new_rows)
+            self._loaded = None  # the rows as read are not needed while the copy is written
+            result.rewritten = self.sinks.rewrite(rows)
             result.copied_rows = self.target.num_rows - result.changed_rows
         else:
             writer = self.sinks.deletion_vectors
             assert writer is not None
             result.deletion_vector = writer.update(
-                file, self.target.row_index[changed], num_records=self.target.num_records
+                file, self.target.physical(changed), num_records=self.target.num_records
             )
             if new_rows is not None and new_rows.num_rows:
                 self.sinks.new_rows.write(align(new_rows, schema))

@@ -22,16 +22,21 @@ from replay.protocol.actions import AddFile
 @dataclass(frozen=True)
 class TargetRows:
     """The live rows of one target file: ``rows`` (the columns read), ``row_index`` (the physical
-    index of each row in the file) and ``num_records`` (the file's physical row count)."""
+    index of each row in the file; ``None`` when every row of the file is live, each row's index
+    its position) and ``num_records`` (the file's physical row count)."""
 
     file: AddFile
     rows: pa.Table
-    row_index: np.ndarray
+    row_index: np.ndarray | None
     num_records: int
 
     @property
     def num_rows(self) -> int:
         return self.rows.num_rows
+
+    def physical(self, positions: np.ndarray) -> np.ndarray:
+        """The physical indexes of the rows at ``positions`` (indexes into :attr:`rows`)."""
+        return positions if self.row_index is None else self.row_index[positions]
 
 
 def _readable(reader: TableReader, columns: Sequence[str]) -> list[str]:
@@ -51,7 +56,7 @@ def read_target_rows(reader: TableReader, file: AddFile, columns: Sequence[str])
     num_records = raw.num_rows
     deleted = reader.deletion_filter(file)
     if deleted is None:
-        return TargetRows(file, raw, np.arange(num_records, dtype=np.int64), num_records)
+        return TargetRows(file, raw, None, num_records)
     keep = deleted.mask(num_records, reader.file_uri(file))
     index = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
     return TargetRows(file, raw.filter(keep), index.astype(np.int64), num_records)
@@ -78,9 +83,10 @@ def rows_with_columns(
             parts[name] = column.take(taken) if taken is not None else column
     if missing:
         raw = reader.read_file(target.file, missing, row_filter=False, keep_dictionaries=keep_dictionaries)
-        physical = target.row_index if positions is None else target.row_index[positions]
-        if positions is not None or raw.num_rows != target.num_rows:
-            raw = raw.take(pa.array(physical, pa.int64()))
+        if positions is not None:
+            raw = raw.take(pa.array(target.physical(positions), pa.int64()))
+        elif target.row_index is not None:
+            raw = raw.take(pa.array(target.row_index, pa.int64()))
         for name in missing:
             parts[name] = raw.column(name)
     return pa.Table.from_arrays([parts[name] for name in columns], names=list(columns))
