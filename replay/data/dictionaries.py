@@ -111,17 +111,28 @@ def dictionary_columns(table: pa.Table) -> list[str] | bool:
     if table.num_rows <= SAMPLE_ROWS or any(pa.types.is_nested(f.type) for f in table.schema):
         return True
     step = table.num_rows // SAMPLE_ROWS
-    sample = pa.array(np.arange(0, step * SAMPLE_ROWS, step, dtype=np.int64))
     chosen = [
         field.name
         for field, column in zip(table.schema, table.columns, strict=True)
-        if pa.types.is_dictionary(field.type) or not _mostly_distinct(column, sample)
+        if pa.types.is_dictionary(field.type) or not _mostly_distinct(column, step)
     ]
     return True if len(chosen) == table.num_columns else chosen
 
 
-def _mostly_distinct(column: pa.ChunkedArray, sample: pa.Array) -> bool:
+def _mostly_distinct(column: pa.ChunkedArray, step: int) -> bool:
+    """Whether every ``step``-th value of ``column`` (:data:`SAMPLE_ROWS` of them) is nearly all
+    distinct."""
     if pa.types.is_boolean(column.type) or column.null_count == len(column):
         return False
-    values = column.take(sample)
-    return pc.count_distinct(values).as_py() >= DISTINCT_SHARE * len(values)
+    first = column.chunk(0)
+    if len(first) >= step * SAMPLE_ROWS and not first.null_count and _is_number(first.type):
+        sample = first.to_numpy()[: step * SAMPLE_ROWS : step]  # a view: no copy, no hashing
+        distinct = int(np.unique(sample).size)
+    else:
+        taken = column.take(pa.array(np.arange(0, step * SAMPLE_ROWS, step, dtype=np.int64)))
+        distinct = pc.count_distinct(taken).as_py()
+    return distinct >= DISTINCT_SHARE * SAMPLE_ROWS
+
+
+def _is_number(data_type: pa.DataType) -> bool:
+    return pa.types.is_integer(data_type) or pa.types.is_floating(data_type)
