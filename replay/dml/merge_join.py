@@ -227,25 +227,53 @@ def _sorted_join(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Equal-key pairs of ``target`` values against sorted source ``keys`` (with their source
     ``rows``): for each target row, every source row of its key range (binary search, among the
-    keys within the target's range of values)."""
+    keys within the target's range of values, for the rows :func:`_candidates` leaves)."""
+    empty = np.empty(0, np.int64), np.empty(0, np.int64)
     values, valid = _as_int64(target)
     if not valid.any():
-        return np.empty(0, np.int64), np.empty(0, np.int64)
+        return empty
     present = values if valid.all() else values[valid]
-    start = np.searchsorted(keys, present.min(), side="left")
-    stop = np.searchsorted(keys, present.max(), side="right")
+    lowest, highest = int(present.min()), int(present.max())
+    start = np.searchsorted(keys, lowest, side="left")
+    stop = np.searchsorted(keys, highest, side="right")
     keys, rows = keys[start:stop], rows[start:stop]
-    low = np.searchsorted(keys, values, side="left")
-    high = np.searchsorted(keys, values, side="right")
-    counts = np.where(valid, high - low, 0)
-    hits = np.flatnonzero(counts)
-    if not hits.size:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    per_hit = counts[hits]
-    t_pos = np.repeat(hits, per_hit)
-    starts = np.repeat(low[hits] - np.cumsum(per_hit) + per_hit, per_hit)
+    if not keys.size:
+        return empty
+    candidates = _candidates(values, valid, keys, lowest, highest)
+    found = values[candidates]
+    low = np.searchsorted(keys, found, side="left")
+    counts = np.searchsorted(keys, found, side="right") - low
+    matched = np.flatnonzero(counts)
+    if not matched.size:
+        return empty
+    per_hit = counts[matched]
+    t_pos = np.repeat(candidates[matched], per_hit)
+    starts = np.repeat(low[matched] - np.cumsum(per_hit) + per_hit, per_hit)
     positions = starts + np.arange(t_pos.size)
     return t_pos.astype(np.int64), rows[positions].astype(np.int64)
+
+
+DENSE_SPAN_PER_ROW = 4
+"""How wide (in values per target row) a range of key values may be for :func:`_candidates` to
+mark the keys in a table of flags over it."""
+
+
+def _candidates(
+    values: np.ndarray, valid: np.ndarray, keys: np.ndarray, lowest: int, highest: int
+) -> np.ndarray:
+    """The target rows (ascending) whose value may equal one of ``keys`` (sorted, within
+    ``[lowest, highest]``, the range of the valid ``values``): where that range is narrow, those
+    whose value is flagged in a table of the keys (a lookup per row, no search); else every valid
+    row."""
+    span = highest - lowest + 1
+    if span > DENSE_SPAN_PER_ROW * values.size + 1024:
+        return np.flatnonzero(valid)
+    flagged = np.zeros(span, dtype=bool)
+    flagged[keys - lowest] = True
+    if valid.all():
+        return np.flatnonzero(flagged[values - lowest])
+    offsets = np.where(valid, values - lowest, 0)
+    return np.flatnonzero(flagged[offsets] & valid)
 
 
 # -- the early filter ------------------------------------------------------------------------------
