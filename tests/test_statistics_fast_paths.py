@@ -3,6 +3,7 @@ columns equal what ``pyarrow.compute`` gives over the plain values, for any valu
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import Any
@@ -44,7 +45,7 @@ def computed(table: pa.Table) -> dict[str, Any]:
 def chunked(values: list[Any], arrow_type: pa.DataType, cuts: list[int]) -> pa.ChunkedArray:
     bounds = sorted({0, len(values), *(c % (len(values) + 1) for c in cuts)})
     return pa.chunked_array(
-        [pa.array(values[a:b], arrow_type) for a, b in zip(bounds, bounds[1:], strict=False)], arrow_type
+        [pa.array(values[a:b], arrow_type) for a, b in itertools.pairwise(bounds)], arrow_type
     )
 
 
@@ -62,7 +63,9 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     st.lists(st.integers(0, 40), max_size=3),
     st.sampled_from([pa.float64(), pa.float32()]),
 )
-def test_floating_point_bounds_are_arrows(values: list[Any], cuts: list[int], arrow_type: pa.DataType) -> None:
+def test_floating_point_bounds_are_arrows(
+    values: list[Any], cuts: list[int], arrow_type: pa.DataType
+) -> None:
     if arrow_type == pa.float32():
         values = [v if v is None or not math.isfinite(v) or abs(v) < 3e38 else 1.0 for v in values]
     column = chunked(values, arrow_type, cuts)
