@@ -73,6 +73,8 @@ def test_pyarrow_takes_pandas_up_when_the_process_imports_it() -> None:
         import pyarrow as pa
         pa.array(np.arange(3)); pa.scalar(1)
         before = "pandas" in sys.modules
+        import importlib.util
+        assert importlib.util.find_spec("pandas") is not None  # a lookup alone changes nothing
         import pandas as pd
         categorical = pa.array(pd.Series(["a", "b", "a"], dtype="category"))
         frame = pa.table(pd.DataFrame({"a": [1, 2]}))

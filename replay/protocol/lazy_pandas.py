@@ -21,6 +21,7 @@ converts no such scalar.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import logging
@@ -57,16 +58,20 @@ class _HidePandas(importlib.abc.MetaPathFinder):
 
 
 class _Loader(importlib.abc.Loader):
-    """pandas' own loader; once pandas is executed, pyarrow is told that it is there."""
+    """pandas' own loader; once pandas is executed, pyarrow is told that it is there and the
+    watcher leaves ``sys.meta_path``."""
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
+    def __init__(self, loader: importlib.abc.Loader, watcher: _WatchPandas) -> None:
         self._loader = loader
+        self._watcher = watcher
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
+        with contextlib.suppress(ValueError):  # another import of pandas removed it already
+            sys.meta_path.remove(self._watcher)
         try:
             _shim().compat  # noqa: B018 -- pyarrow imports pandas (now loaded) and its glue
         except Exception:  # an unusable pandas: pyarrow goes on without it, as it would have
@@ -77,24 +82,22 @@ class _Loader(importlib.abc.Loader):
 
 
 class _WatchPandas(importlib.abc.MetaPathFinder):
-    """On the first import of pandas: finds it as the other finders do, with :class:`_Loader`
-    wrapped around its loader, and leaves ``sys.meta_path``."""
+    """Finds pandas as the other finders do, with :class:`_Loader` wrapped around its loader.
+    A lookup without an import (``importlib.util.find_spec``) leaves the watch in place."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != _PANDAS:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:  # another thread got there first
-            return None
-        for finder in sys.meta_path:
+        for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
+            if isinstance(finder, _WatchPandas) or find is None:
+                continue
+            spec = find(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None:
-                    spec.loader = _Loader(spec.loader)
+                    spec.loader = _Loader(spec.loader, self)
                 return spec
         return None
 
