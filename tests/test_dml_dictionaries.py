@@ -15,6 +15,7 @@ from deltalake import DeltaTable as RustTable
 from replay import DeltaTable, InvariantViolationError, write_table
 from replay.data.reader import TableReader
 from replay.dml.target_rows import read_target_rows, rows_with_columns
+from replay.txn.data_writer import DataFileWriter, FileWriteSpec
 from replay.txn.statistics import file_statistics
 from tests.dml_cases import our_rows, rust_rows, twin_tables
 
@@ -123,3 +124,18 @@ def test_nearly_distinct_columns_are_written_without_a_dictionary(tmp_path: Path
     dictionary = {chunks.column(i).path_in_schema: chunks.column(i).has_dictionary_page for i in range(5)}
     assert dictionary == {"id": False, "cat": True, "name": False, "b": True, "x": False}
     assert pq.read_table(path).equals(DATA)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_only_rewrites_write_dictionary_columns_as_dictionaries(tmp_path: Path, keep: bool) -> None:
+    """Any other write decodes a dictionary column first, as it always did; either way the file
+    holds the same values under the same Arrow schema."""
+    small_indices = pa.dictionary(pa.int8(), pa.string())
+    categorical = DATA.set_column(1, "cat", DATA["cat"].dictionary_encode().cast(small_indices))
+    writer = DataFileWriter(FileWriteSpec(str(tmp_path), DATA.schema), keep_dictionaries=keep)
+    writer.write(categorical)
+    path = tmp_path / writer.close()[0].add.path
+    assert pq.ParquetFile(path).schema_arrow == DATA.schema
+    assert pq.read_table(path).equals(DATA)
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(1)
+    assert chunk.has_dictionary_page

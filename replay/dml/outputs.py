@@ -99,7 +99,7 @@ class Sinks:
         """Write ``rows`` (one target file's rows after the change) as new data files."""
         if rows.num_rows == 0:
             return []
-        writer = DataFileWriter(self.table.spec)
+        writer = DataFileWriter(self.table.spec, keep_dictionaries=True)
         try:
             writer.write(rows)
             written = writer.close()

@@ -164,20 +164,24 @@ class FileWriteSpec:
 
 
 def conform(
-    data: pa.Table | pa.RecordBatch, spec: FileWriteSpec, constraints: RowConstraints | None = None
+    data: pa.Table | pa.RecordBatch,
+    spec: FileWriteSpec,
+    constraints: RowConstraints | None = None,
+    *,
+    keep_dictionaries: bool = False,
 ) -> pa.Table:
     """``data`` with the table's column names, order and types (nested fields nullable:
-    :func:`relaxed_schema`; a dictionary column of the type's values stays one when there are no
-    constraints); missing columns as nulls, missing generated columns computed, and the
+    :func:`relaxed_schema`); missing columns as nulls, missing generated columns computed, and the
     table's constraints checked (``constraints``: the spec's,
-    compiled once by the caller; ``None`` when the table has none).
+    compiled once by the caller; ``None`` when the table has none). With ``keep_dictionaries`` and
+    no constraints, a dictionary column of the type's values stays one (with 32-bit indices).
 
     Raises :class:`InvariantViolationError` for a missing NOT NULL column or a row that violates a
     constraint, and :class:`ValueError` naming the column for an unknown column or a value that
     does not cast.
     """
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-    if constraints is not None:  # constraints are evaluated over plain columns
+    if keep_dictionaries and constraints is not None:  # constraints read plain columns
         table = decode_dictionaries(table)
     by_lower = {name.lower(): index for index, name in enumerate(table.column_names)}
     known = {name.lower() for name in spec.schema.names}
@@ -205,8 +209,10 @@ def conform(
             columns.append(pa.nulls(table.num_rows, target.type))
             continue
         column = table.column(index)
-        if is_dictionary_of(column.type, target.type):  # written as a dictionary (replay.data.dictionaries)
-            schema = schema.set(len(columns), target.with_type(column.type))
+        if keep_dictionaries and is_dictionary_of(column.type, target.type):  # replay.data.dictionaries
+            kept = pa.dictionary(pa.int32(), target.type)  # any later rows cast to it without overflow
+            column = column if column.type == kept else column.cast(kept)
+            schema = schema.set(len(columns), target.with_type(kept))
         elif column.type != target.type:
             try:
                 column = column.cast(target.type)
@@ -421,13 +427,21 @@ class DataFileWriter:
     deletes everything written so far (call it when the write fails). ``layout`` places and names
     the files (:data:`DATA_FILES`, or :data:`CHANGE_DATA_FILES` for the change data files of a
     DML operation, whose spec's schema then carries the ``_change_type`` column).
+    ``keep_dictionaries``: dictionary columns are written as dictionaries rather than decoded
+    first (a copy-on-write rewrite, :mod:`replay.data.dictionaries`).
     """
 
     def __init__(
-        self, spec: FileWriteSpec, task_id: int | None = None, *, layout: FileLayout = DATA_FILES
+        self,
+        spec: FileWriteSpec,
+        task_id: int | None = None,
+        *,
+        layout: FileLayout = DATA_FILES,
+        keep_dictionaries: bool = False,
     ) -> None:
         self.spec = spec
         self.layout = layout
+        self.keep_dictionaries = keep_dictionaries
         self.task_id = _task_id() if task_id is None else task_id
         self._fs, root = open_filesystem(spec.table_path, spec.conf)
         self._root = root.rstrip("/")
@@ -442,7 +456,7 @@ class DataFileWriter:
         """Conform, check and write ``data`` (rows in any column order, names in any case)."""
         if data.num_rows == 0:
             return
-        table = conform(data, self.spec, self._constraints)
+        table = conform(data, self.spec, self._constraints, keep_dictionaries=self.keep_dictionaries)
         if self.spec.replace_where is not None:
             _check_replace_where(decode_dictionaries(table), self.spec.replace_where)
         for key, part in self._split(table):
