@@ -26,7 +26,7 @@ from logstores.conf import ConfLike
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.dml.delete import delete_rows
-from replay.dml.merge import TableMerger
+from replay.dml.merge_builder import TableMerger
 from replay.dml.update import update_rows
 from replay.maintenance.alter import TableAlterer
 from replay.maintenance.restore import restore as restore_table
@@ -208,7 +208,7 @@ class DeltaTable:
     ) -> TableMerger:
         """A MERGE of ``source`` (anything ``write_table`` writes) into the table on ``predicate``
         (a SQL condition over ``target_alias`` and ``source_alias``): add WHEN clauses to the
-        returned :class:`~replay.dml.merge.TableMerger`, then ``execute()`` it. ``merge_schema``
+        returned :class:`~replay.dml.merge_builder.TableMerger`, then ``execute()`` it. ``merge_schema``
         adds the source columns that ``*`` clauses or assignments name to the table."""
         return TableMerger(
             self._snapshot,

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from replay import AppendOnlyTableError, DeltaTable, write_table
 from replay.data.reader import TableReader
 from replay.dml.errors import MergeResolutionError, MultipleSourceRowMatchError
-from replay.dml.merge import TableMerger
+from replay.dml.merge_builder import TableMerger
 from replay.protocol.sql import ExpressionError
 from tests.dml_cases import (
     CDF,

@@ -55,7 +55,8 @@ from replay.dml.errors import (
     MergeResolutionError,
     MultipleSourceRowMatchError,
 )
-from replay.dml.merge import MergePlan, PlannedMerge, TableMerger, merge_rows, plan_merge
+from replay.dml.merge import MergePlan, PlannedMerge, merge_rows, plan_merge
+from replay.dml.merge_builder import TableMerger
 from replay.dml.update import UpdatePlan, plan_update, update_rows
 
 __all__ = [
