@@ -286,13 +286,14 @@ def check_aliases(source_alias: str, target_alias: str, table_path: str) -> None
         )
 
 
-def merge_pruning(plan: MergePlan) -> Predicate:
+def merge_pruning(plan: MergePlan, *, key_ranges: bool = True) -> Predicate:
     """The files a MERGE reads: those that may hold a row matching a source row, and with NOT
     MATCHED BY SOURCE clauses those their conditions cannot exclude. The source's key ranges
-    come from ``plan.join.source``, which may hold only the columns the join keys read."""
+    (``key_ranges=False``: none) come from ``plan.join.source``, which may hold only the columns
+    the join keys read."""
     target = plan.join.target_alias
     parts = [plan.join.condition.bound.to_predicate(scope=target)]
-    ranges = source_key_ranges(plan.join)
+    ranges = source_key_ranges(plan.join) if key_ranges else None
     if ranges is not None:
         parts.append(ranges)
     matching: Predicate = And(tuple(parts))

@@ -1,0 +1,269 @@
+"""MERGE on Spark: planned as the Python DML plans it, joined and decided by Spark in two passes
+(Delta's ``ClassicMergeExecutor``), files written by the executors, one commit on the driver.
+
+1. *Plan* (driver): the source is materialized once (``localCheckpoint``, with a row id), so
+   both passes see the same rows; the ON condition and the clauses are bound by
+   :func:`replay.dml.merge.bind_merge` (errors, schema evolution, the table's checks), and the
+   target files to read are pruned by :func:`replay.dml.merge.merge_pruning`: the condition's
+   target-only part and the ranges of the source's join keys (collected from Spark when the
+   source has at most :data:`KEY_RANGE_ROWS` rows).
+2. *Insert-only merge*: one pass, a left anti join of the source with the key columns of the
+   candidate files; the NOT MATCHED clauses decide what is inserted.
+3. *Pass 1, touched files*: the candidate files' condition and clause columns are joined with the
+   source (inner; left outer with NOT MATCHED BY SOURCE clauses); per file Spark finds whether a
+   row changes and whether a target row matched several source rows, which fails the MERGE with
+   ``DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE`` unless its one MATCHED clause is an
+   unconditional delete (the Python DML's rule).
+4. *Pass 2, rewrite*: only the touched files (every file with a matched row when there are insert
+   clauses, so that a matched source row is never inserted) are read whole and joined with the
+   source (full, left, right or inner: the target side is kept copying on write or with NOT
+   MATCHED BY SOURCE clauses, the source side with insert clauses); the first clause that holds
+   decides each row and Spark computes the new values; the tasks write the files
+   (:mod:`replay.spark.dml_tasks`).
+5. *Commit* (driver): :func:`replay.dml.merge_commit.finish_merge`, as the Python DML commits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+
+from replay.dml.commit import DmlResult, elapsed_ms, snapshot_transaction
+from replay.dml.context import candidate_files
+from replay.dml.errors import multiple_source_rows_error
+from replay.dml.merge import MergePlan, bind_merge, check_aliases, merge_pruning
+from replay.dml.merge_clauses import MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE, ClauseSpec
+from replay.dml.merge_commit import finish_merge, merge_parameters
+from replay.protocol.arrow_actions import add_actions
+from replay.spark.dml_columns import decided, first_clause, functions, spark_types, stored
+from replay.spark.dml_jobs import discard_unless_committed, run_changes
+from replay.spark.dml_scan import SparkTarget
+from replay.spark.dml_tasks import (
+    ACTION_COLUMN,
+    CLAUSE_COLUMN,
+    COPY,
+    DELETE,
+    INSERT,
+    UPDATE,
+    ClauseEffect,
+    TaskSpec,
+)
+from replay.spark.row_ids import FILE_COLUMN, ROW_COLUMN
+from replay.spark.schema import arrow_schema
+from replay.txn.write import delta_schema
+
+KEY_RANGE_ROWS = 1_000_000
+"""Sources with at most this many rows have their join key columns collected to prune the target
+files by the keys' ranges; larger ones prune by the condition's target-only part alone."""
+SOURCE_ROW = "_replay_dml_source_row"
+SOURCE_PRESENT = "_replay_dml_source_present"
+_EFFECTS = {
+    (MATCHED, "update"): (UPDATE, "matchedUpdated"),
+    (MATCHED, "delete"): (DELETE, "matchedDeleted"),
+    (NOT_MATCHED_BY_SOURCE, "update"): (UPDATE, "notMatchedBySourceUpdated"),
+    (NOT_MATCHED_BY_SOURCE, "delete"): (DELETE, "notMatchedBySourceDeleted"),
+    (NOT_MATCHED, "insert"): (INSERT, "inserted"),
+}
+
+
+def spark_merge(
+    target: SparkTarget,
+    source: Any,
+    condition: str,
+    specs: Sequence[ClauseSpec],
+    *,
+    source_alias: str,
+    merge_schema: bool = False,
+) -> DmlResult:
+    """MERGE the DataFrame ``source`` (aliased ``source_alias``) into the table on ``condition``
+    with the clauses ``specs`` (SQL texts); ``target.alias`` is the target's alias."""
+    started = time.perf_counter_ns()
+    F = functions()  # noqa: N806 - PySpark's convention
+    snapshot = target.latest()
+    target_alias = target.alias or "target"
+    check_aliases(source_alias, target_alias, snapshot.io.table_path)
+    snapshot.config.check_writable()
+    materialized = source.select(
+        *[F.col(f"`{name}`") for name in source.columns],
+        F.monotonically_increasing_id().alias(SOURCE_ROW),
+        F.lit(True).alias(SOURCE_PRESENT),
+    ).localCheckpoint(eager=True)
+    source_rows = materialized.count()
+    materialize_ms = elapsed_ms(started)
+    schema = delta_schema(arrow_schema(source.schema)).to_arrow()
+    plan, metadata_actions = bind_merge(
+        snapshot,
+        schema.empty_table(),
+        condition,
+        specs,
+        source_alias=source_alias,
+        target_alias=target_alias,
+        merge_schema=merge_schema,
+    )
+    pruning = _pruning(plan, materialized, source_rows, schema)
+    candidates = candidate_files(snapshot, pruning)
+    files = {file.path: file for file in add_actions(candidates)}
+    txn = snapshot_transaction(snapshot, "MERGE")
+    merge = _SparkMerge(
+        replace(target, alias=target_alias), plan, materialized.alias(source_alias), condition
+    )
+    if plan.insert_only:
+        selected = merge.inserts_only(snapshot.version, files)
+    else:
+        touched = merge.touched_files(snapshot.version, files)
+        selected = merge.changes(snapshot.version, touched)
+        files = {path: files[path] for path in touched}
+    spec = TaskSpec(plan.table, files, merge.effects, merge.old_names, merge.new_names)
+    spread = F.pmod(F.col(SOURCE_ROW), F.lit(_partitions(target.spark))).cast("string")
+    changes = run_changes(target.spark, selected, spec, spread if plan.of_kind(NOT_MATCHED) else None)
+    scanned_ns = time.perf_counter_ns() - started
+    with discard_unless_committed(txn, changes):
+        return finish_merge(
+            txn,
+            changes.changes,
+            changes.shared,
+            changes.inserted,
+            metadata_actions=metadata_actions,
+            source_rows=source_rows,
+            pruning=pruning,
+            candidates=candidates,
+            parameters=merge_parameters(condition, specs),
+            materialize_ms=materialize_ms,
+            started_ns=started,
+            scanned_ns=scanned_ns,
+        )
+
+
+def _partitions(spark: Any) -> int:
+    try:
+        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    except (TypeError, ValueError):
+        return 200
+
+
+def _pruning(plan: MergePlan, materialized: Any, source_rows: int, schema: pa.Schema) -> Any:
+    """:func:`merge_pruning` with the source's key columns collected (small sources only)."""
+    if source_rows > KEY_RANGE_ROWS:
+        return merge_pruning(plan, key_ranges=False)
+    alias = plan.join.source_alias
+    columns = list(dict.fromkeys(c for key in plan.join.keys for c in key.source.columns(alias)))
+    if not columns:
+        return merge_pruning(plan, key_ranges=False)
+    collected = materialized.select(*[f"`{name}`" for name in columns]).toArrow()
+    keys = pa.table(
+        [collected.column(i).cast(schema.field(name).type) for i, name in enumerate(columns)], names=columns
+    )
+    return merge_pruning(replace(plan, join=replace(plan.join, source=keys)))
+
+
+class _SparkMerge:
+    """The Spark plans of one MERGE (see the module docstring)."""
+
+    def __init__(self, target: SparkTarget, plan: MergePlan, source: Any, condition: str) -> None:
+        self.target = target
+        self.plan = plan
+        self.source = source
+        self.on = functions().expr(condition)
+        self.old_names = tuple(plan.table.read_schema.names)
+        self.new_names = tuple(plan.table.write_schema.names)
+        self.effects = tuple(
+            ClauseEffect(*_EFFECTS[(c.spec.kind, c.action)], tuple(c.assignments)) for c in plan.clauses
+        )
+
+    def _clauses(self, kind: str) -> list[tuple[int, str | None]]:
+        return [(i, c.spec.predicate) for i, c in enumerate(self.plan.clauses) if c.spec.kind == kind]
+
+    def inserts_only(self, version: int, files: dict[str, Any]) -> Any:
+        """Source rows no target row matches, decided by the NOT MATCHED clauses."""
+        F = functions()  # noqa: N806 - PySpark's convention
+        keys = self.target.scan(version, files, self.plan.scan_columns())
+        unmatched = self.source.join(keys, self.on, "left_anti")
+        rows = (
+            unmatched.withColumn(CLAUSE_COLUMN, first_clause(self._clauses(NOT_MATCHED)))
+            .filter(F.col(CLAUSE_COLUMN).isNotNull())
+            .withColumn(FILE_COLUMN, F.lit(None).cast("string"))
+            .withColumn(ROW_COLUMN, F.lit(None).cast("long"))
+        )
+        return rows.select(*decided(F.lit(INSERT), F.col(CLAUSE_COLUMN), [], self._new_values()))
+
+    def touched_files(self, version: int, files: dict[str, Any]) -> list[str]:
+        """Pass 1: the candidate files with a row that changes (with insert clauses: or that a
+        source row matches); fails on a target row several source rows match."""
+        F = functions()  # noqa: N806 - PySpark's convention
+        by_source = bool(self._clauses(NOT_MATCHED_BY_SOURCE))
+        rows = self.target.scan(version, files, self.plan.scan_columns())
+        joined = rows.join(self.source, self.on, "left" if by_source else "inner")
+        matched = F.col(SOURCE_PRESENT).isNotNull()
+        changes = F.when(matched, first_clause(self._clauses(MATCHED)).isNotNull()).otherwise(
+            first_clause(self._clauses(NOT_MATCHED_BY_SOURCE)).isNotNull()
+        )
+        per_row = joined.groupBy(FILE_COLUMN, ROW_COLUMN).agg(
+            F.sum(matched.cast("int")).alias("matches"), F.max(changes.cast("int")).alias("changes")
+        )
+        per_file = per_row.groupBy(FILE_COLUMN).agg(
+            F.max("matches").alias("matches"), F.max("changes").alias("changes")
+        )
+        inserts = bool(self._clauses(NOT_MATCHED))
+        touched = []
+        for path, matches, changed in per_file.collect():
+            if (matches or 0) > 1 and not self.plan.only_unconditional_delete:
+                raise multiple_source_rows_error(self.plan.table.table_path)
+            if changed or (inserts and (matches or 0) > 0):
+                touched.append(str(path))
+        return sorted(touched)
+
+    def changes(self, version: int, touched: list[str]) -> Any:
+        """Pass 2: every row of the touched files (copying on write) or the changed ones, and the
+        rows to insert, each with its action, clause and values."""
+        F = functions()  # noqa: N806 - PySpark's convention
+        copy_on_write = not self.plan.table.deletion_vectors
+        keep_target = copy_on_write or bool(self._clauses(NOT_MATCHED_BY_SOURCE))
+        keep_source = bool(self._clauses(NOT_MATCHED))
+        how = {(True, True): "full", (True, False): "left", (False, True): "right"}.get(
+            (keep_target, keep_source), "inner"
+        )
+        joined = self.target.scan(version, touched).join(self.source, self.on, how)
+        has_target = F.col(FILE_COLUMN).isNotNull()
+        matched = has_target & F.col(SOURCE_PRESENT).isNotNull()
+        clause = (
+            F.when(matched, first_clause(self._clauses(MATCHED)))
+            .when(has_target, first_clause(self._clauses(NOT_MATCHED_BY_SOURCE)))
+            .otherwise(first_clause(self._clauses(NOT_MATCHED)))
+        )
+        action: Any = F.when(F.col(CLAUSE_COLUMN).isNull() & has_target, F.lit(COPY))
+        for index, effect in enumerate(self.effects):
+            action = action.when(F.col(CLAUSE_COLUMN) == index, F.lit(effect.action))
+        decided_rows = joined.withColumn(CLAUSE_COLUMN, clause).withColumn(ACTION_COLUMN, action)
+        wanted = F.col(ACTION_COLUMN).isNotNull() if copy_on_write else F.col(ACTION_COLUMN) != COPY
+        old = [self.target.column(name) for name in self.old_names]
+        return decided_rows.filter(wanted).select(
+            *decided(F.col(ACTION_COLUMN), F.col(CLAUSE_COLUMN), old, self._new_values())
+        )
+
+    def _new_values(self) -> list[Any]:
+        """Each column of the table after the MERGE, for the rows its update or insert clauses
+        decide: the clause's value stored into the column's type, else (updates) the target's."""
+        F = functions()  # noqa: N806 - PySpark's convention
+        schema = self.plan.table.write_schema
+        old = set(self.old_names)
+        values = []
+        for name, data_type in zip(schema.names, spark_types(schema), strict=True):
+            value: Any = None
+            for index, clause in enumerate(self.plan.clauses):
+                if clause.action == "delete":
+                    continue
+                assignment = clause.assignments.get(name)
+                if assignment is not None:
+                    chosen = stored(assignment.text, data_type)
+                elif clause.spec.kind != NOT_MATCHED and name in old:
+                    chosen = self.target.column(name)
+                else:
+                    chosen = F.lit(None).cast(data_type)
+                test = F.col(CLAUSE_COLUMN) == index
+                value = F.when(test, chosen) if value is None else value.when(test, chosen)
+            values.append(value if value is not None else F.lit(None).cast(data_type))
+        return values
