@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from replay.dml.assignments import quote
 from replay.dml.commit import DmlResult, elapsed_ms, snapshot_transaction
 from replay.dml.context import candidate_files
 from replay.dml.errors import multiple_source_rows_error
@@ -39,6 +40,7 @@ from replay.dml.merge import MergePlan, bind_merge, check_aliases, merge_pruning
 from replay.dml.merge_clauses import MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE, ClauseSpec
 from replay.dml.merge_commit import finish_merge, merge_parameters
 from replay.protocol.arrow_actions import add_actions
+from replay.protocol.predicates import Predicate
 from replay.spark.dml_columns import decided, first_clause, functions, spark_types, stored
 from replay.spark.dml_jobs import discard_unless_committed, run_changes
 from replay.spark.dml_scan import SparkTarget
@@ -59,6 +61,8 @@ from replay.txn.write import delta_schema
 KEY_RANGE_ROWS = 1_000_000
 """Sources with at most this many rows have their join key columns collected to prune the target
 files by the keys' ranges; larger ones prune by the condition's target-only part alone."""
+INSERT_ROWS_PER_TASK = 1_000_000
+"""Rows to insert are spread over ``ceil(source rows / this)`` tasks (each writes its own files)."""
 SOURCE_ROW = "_replay_dml_source_row"
 SOURCE_PRESENT = "_replay_dml_source_present"
 _EFFECTS = {
@@ -88,11 +92,10 @@ def spark_merge(
     check_aliases(source_alias, target_alias, snapshot.io.table_path)
     snapshot.config.check_writable()
     materialized = source.select(
-        *[F.col(f"`{name}`") for name in source.columns],
+        *[F.col(quote(name)) for name in source.columns],
         F.monotonically_increasing_id().alias(SOURCE_ROW),
         F.lit(True).alias(SOURCE_PRESENT),
     ).localCheckpoint(eager=True)
-    source_rows = materialized.count()
     materialize_ms = elapsed_ms(started)
     schema = delta_schema(arrow_schema(source.schema)).to_arrow()
     plan, metadata_actions = bind_merge(
@@ -104,7 +107,7 @@ def spark_merge(
         target_alias=target_alias,
         merge_schema=merge_schema,
     )
-    pruning = _pruning(plan, materialized, source_rows, schema)
+    pruning, source_rows = _pruning(plan, materialized, schema)
     candidates = candidate_files(snapshot, pruning)
     files = {file.path: file for file in add_actions(candidates)}
     txn = snapshot_transaction(snapshot, "MERGE")
@@ -118,7 +121,8 @@ def spark_merge(
         selected = merge.changes(snapshot.version, touched)
         files = {path: files[path] for path in touched}
     spec = TaskSpec(plan.table, files, merge.effects, merge.old_names, merge.new_names)
-    spread = F.pmod(F.col(SOURCE_ROW), F.lit(_partitions(target.spark))).cast("string")
+    buckets = max(1, -(-source_rows // INSERT_ROWS_PER_TASK))
+    spread = F.pmod(F.col(SOURCE_ROW), F.lit(buckets)).cast("string")
     changes = run_changes(target.spark, selected, spec, spread if plan.of_kind(NOT_MATCHED) else None)
     scanned_ns = time.perf_counter_ns() - started
     with discard_unless_committed(txn, changes):
@@ -138,26 +142,21 @@ def spark_merge(
         )
 
 
-def _partitions(spark: Any) -> int:
-    try:
-        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    except (TypeError, ValueError):
-        return 200
-
-
-def _pruning(plan: MergePlan, materialized: Any, source_rows: int, schema: pa.Schema) -> Any:
-    """:func:`merge_pruning` with the source's key columns collected (small sources only)."""
-    if source_rows > KEY_RANGE_ROWS:
-        return merge_pruning(plan, key_ranges=False)
+def _pruning(plan: MergePlan, materialized: Any, schema: pa.Schema) -> tuple[Predicate, int]:
+    """:func:`merge_pruning` with the ranges of the source's join keys, whose columns are collected
+    when the source has at most :data:`KEY_RANGE_ROWS` rows; and the number of source rows (one
+    Spark job for a small source)."""
     alias = plan.join.source_alias
     columns = list(dict.fromkeys(c for key in plan.join.keys for c in key.source.columns(alias)))
     if not columns:
-        return merge_pruning(plan, key_ranges=False)
-    collected = materialized.select(*[f"`{name}`" for name in columns]).toArrow()
+        return merge_pruning(plan, key_ranges=False), materialized.count()
+    collected = materialized.select(*[quote(name) for name in columns]).limit(KEY_RANGE_ROWS + 1).toArrow()
+    if collected.num_rows > KEY_RANGE_ROWS:
+        return merge_pruning(plan, key_ranges=False), materialized.count()
     keys = pa.table(
         [collected.column(i).cast(schema.field(name).type) for i, name in enumerate(columns)], names=columns
     )
-    return merge_pruning(replace(plan, join=replace(plan.join, source=keys)))
+    return merge_pruning(replace(plan, join=replace(plan.join, source=keys))), keys.num_rows
 
 
 class _SparkMerge:

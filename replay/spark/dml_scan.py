@@ -48,9 +48,16 @@ class SparkTarget:
         """The table's latest snapshot (every operation works on it, as Delta's do)."""
         return self.log().update()
 
+    def _reader(self) -> Any:
+        """A reader of the ``deltalog`` format, registered on the session if it is not yet."""
+        from replay.spark.datasource import ensure_registered
+
+        ensure_registered(self.spark)
+        return self.spark.read.format(FORMAT).options(**self.options)
+
     def read(self, version: int | None = None) -> Any:
         """A DataFrame of the table's rows (at ``version``, default the latest)."""
-        reader = self.spark.read.format(FORMAT).options(**self.options)
+        reader = self._reader()
         if version is not None:
             reader = reader.option("versionAsOf", str(version))
         return reader.load(self.path)
@@ -66,8 +73,7 @@ class SparkTarget:
         """The rows of ``files`` at ``version`` with ``columns`` (all without a list) and their row
         ids, under the table's alias when ``aliased``."""
         reader = (
-            self.spark.read.format(FORMAT)
-            .options(**self.options)
+            self._reader()
             .option("versionAsOf", str(version))
             .option(FILES_OPTION, orjson.dumps(sorted(set(files))).decode())
             .option(ROW_IDS_OPTION, "true")
