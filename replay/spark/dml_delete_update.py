@@ -15,6 +15,9 @@ A DELETE whose condition partition values decide removes whole files without rea
   second reads every row of the touched files, Spark marks each row deleted, updated (with its
   new values) or copied, and each task rewrites whole files.
 
+The target read hands each task whole files, in row order, and nothing in between moves rows, so
+the tasks that read the files also write them: no shuffle.
+
 The driver commits through :func:`replay.dml.delete.finish_delete` /
 :func:`replay.dml.update.finish_update`: the same actions, operation parameters and metrics as
 the Python DML, with the pruning predicate and the candidate files as what was read.
@@ -65,7 +68,7 @@ def spark_delete(target: SparkTarget, condition: str | None) -> DmlResult:
         action = F.when(matches, F.lit(DELETE)).otherwise(F.lit(COPY))
         selected = frame.select(*decided(action, F.lit(0), [target.column(c) for c in old], []))
     spec = TaskSpec(plan.table, files, (ClauseEffect(DELETE, "deleted"),), old, ())
-    changes = run_changes(target.spark, selected, spec)
+    changes = run_changes(target.spark, selected, spec, shuffle=False)
     scanned_ns = time.perf_counter_ns() - started
     with discard_unless_committed(txn, changes):
         return finish_delete(
@@ -114,7 +117,7 @@ def spark_update(target: SparkTarget, condition: str | None, assignments: Mappin
         selected = frame.select(*decided(action, F.lit(0), old, new))
     effect = ClauseEffect(UPDATE, "updated", tuple(plan.assignments))
     spec = TaskSpec(plan.table, files, (effect,), names, names)
-    changes = run_changes(target.spark, selected, spec)
+    changes = run_changes(target.spark, selected, spec, shuffle=False)
     scanned_ns = time.perf_counter_ns() - started
     with discard_unless_committed(txn, changes):
         return finish_update(

@@ -11,7 +11,8 @@ attempt deletes its own files before it fails).
 
 What is deleted, and when:
 
-* a task that returns a Delta error: every file every task wrote (the error is raised as is);
+* a task that returns a Delta error (or rows of one file that reached two tasks): every file
+  every task wrote (the error is raised as is);
 * a job that fails (a task failed every attempt, the job was cancelled): the files of the tasks
   that had finished, known from an accumulator (classic PySpark; on Spark Connect, which has no
   accumulators, such files stay behind unreferenced, as after any failed write, and VACUUM
@@ -66,12 +67,29 @@ class Changes:
     written: list[WrittenPaths] = field(default_factory=list)
 
     def add(self, result: TaskResult) -> None:
+        seen = {change.file.path for change in self.changes}
+        split = [change.file.path for change in result.changes if change.file.path in seen]
+        if split:
+            raise RuntimeError(f"the rows of target file {split[0]} reached more than one task")
         self.changes.extend(result.changes)
         self.shared = SinkFiles(
             self.shared.data + result.shared.data, self.shared.changes + result.shared.changes
         )
         self.inserted.update(result.inserted)
         self.written.append((result.data_paths(), result.deletion_vector_files))
+
+    def extend(self, other: Changes) -> None:
+        """Add what the tasks of another stage of the same operation did."""
+        seen = {change.file.path for change in self.changes}
+        split = [change.file.path for change in other.changes if change.file.path in seen]
+        if split:
+            raise RuntimeError(f"the rows of target file {split[0]} reached more than one task")
+        self.changes.extend(other.changes)
+        self.shared = SinkFiles(
+            self.shared.data + other.shared.data, self.shared.changes + other.shared.changes
+        )
+        self.inserted.update(other.inserted)
+        self.written.extend(other.written)
 
     def discard(self) -> None:
         """Delete every file the tasks wrote (missing ones are ignored)."""
@@ -104,35 +122,57 @@ def _accumulator(spark: Any) -> Any:
         return None
 
 
-def run_changes(spark: Any, frame: Any, spec: TaskSpec, spread: Any | None = None) -> Changes:
+def run_changes(
+    spark: Any, frame: Any, spec: TaskSpec, *, spread: Any | None = None, shuffle: bool = True
+) -> Changes:
     """Run the writing stage over ``frame`` (rows with decided actions, see
-    :mod:`~replay.spark.dml_tasks`); ``spread`` is a string column that spreads the rows to
-    insert over tasks (``None``: there are none). Raises the first Delta error a task returned."""
+    :mod:`~replay.spark.dml_tasks`) and gather what the tasks did; raises the first Delta error a
+    task returned.
+
+    ``shuffle``: partition the rows by file and sort them (``spread``, a string column, spreads
+    the rows to insert over tasks). Without it ``frame``'s own partitions are the tasks: the rows
+    of each file must already be in one partition, together and in row order, as a target read
+    gives them (and a join that streams the target, with the source broadcast, keeps them); a
+    task, and the driver, fail the operation otherwise.
+    """
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
-    key = F.col(FILE_COLUMN) if spread is None else F.coalesce(F.col(FILE_COLUMN), spread)
-    ordered = frame.repartition(key).sortWithinPartitions(
-        F.col(FILE_COLUMN).asc_nulls_first(), F.col(ROW_COLUMN)
-    )
+    ordered = frame
+    if shuffle:
+        key = F.col(FILE_COLUMN) if spread is None else F.coalesce(F.col(FILE_COLUMN), spread)
+        ordered = frame.repartition(key).sortWithinPartitions(
+            F.col(FILE_COLUMN).asc_nulls_first(), F.col(ROW_COLUMN)
+        )
     written = _accumulator(spark)
-    results = ordered.mapInArrow(functools.partial(run_task, spec, written), PAYLOAD_SCHEMA)
+    outputs = ordered.mapInArrow(functools.partial(run_task, spec, written), PAYLOAD_SCHEMA)
     try:
-        rows = results.collect()
+        rows = outputs.collect()
     except BaseException:
         if written is not None:
             discard_written(spec.table, list(written.value))
         raise
+    results: list[TaskResult] = [pickle.loads(row[0]) for row in rows]
     gathered = Changes(spec.table)
-    errors: list[BaseException] = []
-    for row in rows:
-        result: TaskResult = pickle.loads(row[0])
-        if result.error is not None:
-            errors.append(result.error)
-        gathered.add(result)
+    errors: list[BaseException] = [r.error for r in results if r.error is not None]
+    for result in results:
+        try:
+            gathered.add(result)
+        except RuntimeError as exc:
+            errors.append(exc)
     if errors:
-        gathered.discard()
+        discard_written(spec.table, [(r.data_paths(), r.deletion_vector_files) for r in results])
         raise errors[0]
     return gathered
+
+
+@contextlib.contextmanager
+def discard_on_failure(changes: Changes) -> Iterator[None]:
+    """Delete what ``changes``' tasks wrote if the block fails (a later stage of the operation)."""
+    try:
+        yield
+    except BaseException:
+        changes.discard()
+        raise
 
 
 @contextlib.contextmanager

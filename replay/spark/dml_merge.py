@@ -42,7 +42,7 @@ from replay.dml.merge_commit import finish_merge, merge_parameters
 from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import Predicate
 from replay.spark.dml_columns import decided, first_clause, functions, spark_types, stored
-from replay.spark.dml_jobs import discard_unless_committed, run_changes
+from replay.spark.dml_jobs import Changes, discard_on_failure, discard_unless_committed, run_changes
 from replay.spark.dml_scan import SparkTarget
 from replay.spark.dml_tasks import (
     ACTION_COLUMN,
@@ -61,6 +61,10 @@ from replay.txn.write import delta_schema
 KEY_RANGE_ROWS = 1_000_000
 """Sources with at most this many rows have their join key columns collected to prune the target
 files by the keys' ranges; larger ones prune by the condition's target-only part alone."""
+BROADCAST_ROWS = 1_000_000
+"""Sources with at most this many rows are broadcast: the joins stream the target files, whose
+rows stay in the tasks that read them (no shuffle of the target); larger sources are joined
+with a shuffle of both sides."""
 INSERT_ROWS_PER_TASK = 1_000_000
 """Rows to insert are spread over ``ceil(source rows / this)`` tasks (each writes its own files)."""
 SOURCE_ROW = "_replay_dml_source_row"
@@ -111,19 +115,11 @@ def spark_merge(
     candidates = candidate_files(snapshot, pruning)
     files = {file.path: file for file in add_actions(candidates)}
     txn = snapshot_transaction(snapshot, "MERGE")
+    broadcast = source_rows <= BROADCAST_ROWS
     merge = _SparkMerge(
-        replace(target, alias=target_alias), plan, materialized.alias(source_alias), condition
+        replace(target, alias=target_alias), plan, materialized.alias(source_alias), condition, broadcast
     )
-    if plan.insert_only:
-        selected = merge.inserts_only(snapshot.version, files)
-    else:
-        touched = merge.touched_files(snapshot.version, files)
-        selected = merge.changes(snapshot.version, touched)
-        files = {path: files[path] for path in touched}
-    spec = TaskSpec(plan.table, files, merge.effects, merge.old_names, merge.new_names)
-    buckets = max(1, -(-source_rows // INSERT_ROWS_PER_TASK))
-    spread = F.pmod(F.col(SOURCE_ROW), F.lit(buckets)).cast("string")
-    changes = run_changes(target.spark, selected, spec, spread if plan.of_kind(NOT_MATCHED) else None)
+    changes = merge.run(snapshot.version, files, source_rows)
     scanned_ns = time.perf_counter_ns() - started
     with discard_unless_committed(txn, changes):
         return finish_merge(
@@ -140,6 +136,11 @@ def spark_merge(
             started_ns=started,
             scanned_ns=scanned_ns,
         )
+
+
+def _buckets(source_rows: int) -> int:
+    """How many tasks write the rows to insert."""
+    return max(1, -(-source_rows // INSERT_ROWS_PER_TASK))
 
 
 def _pruning(plan: MergePlan, materialized: Any, schema: pa.Schema) -> tuple[Predicate, int]:
@@ -162,10 +163,13 @@ def _pruning(plan: MergePlan, materialized: Any, schema: pa.Schema) -> tuple[Pre
 class _SparkMerge:
     """The Spark plans of one MERGE (see the module docstring)."""
 
-    def __init__(self, target: SparkTarget, plan: MergePlan, source: Any, condition: str) -> None:
+    def __init__(
+        self, target: SparkTarget, plan: MergePlan, source: Any, condition: str, broadcast: bool
+    ) -> None:
         self.target = target
         self.plan = plan
         self.source = source
+        self.broadcast = broadcast
         self.on = functions().expr(condition)
         self.old_names = tuple(plan.table.read_schema.names)
         self.new_names = tuple(plan.table.write_schema.names)
@@ -176,56 +180,103 @@ class _SparkMerge:
     def _clauses(self, kind: str) -> list[tuple[int, str | None]]:
         return [(i, c.spec.predicate) for i, c in enumerate(self.plan.clauses) if c.spec.kind == kind]
 
-    def inserts_only(self, version: int, files: dict[str, Any]) -> Any:
-        """Source rows no target row matches, decided by the NOT MATCHED clauses."""
+    def _joined(self, rows: Any, how: str) -> Any:
+        source = functions().broadcast(self.source) if self.broadcast else self.source
+        return rows.join(source, self.on, how)
+
+    def _spec(self, files: dict[str, Any]) -> TaskSpec:
+        return TaskSpec(self.plan.table, files, self.effects, self.old_names, self.new_names)
+
+    def run(self, version: int, files: dict[str, Any], source_rows: int) -> Changes:
+        """Pass 1 and pass 2 (or the insert-only pass): what the tasks wrote."""
+        spark = self.target.spark
+        inserts = bool(self._clauses(NOT_MATCHED))
+        if self.plan.insert_only:
+            if not self.broadcast:
+                frame = self._inserts(self.source.join(self._keys(version, files), self.on, "left_anti"))
+                return run_changes(spark, frame, self._spec({}), spread=self._spread(source_rows))
+            matched = self._matched_source_rows(self._keys(version, files))
+            frame = self._unmatched(matched).coalesce(_buckets(source_rows))
+            return run_changes(spark, frame, self._spec({}), shuffle=False)
+        touched, matched = self.touched_files(version, files)
+        spec = self._spec({path: files[path] for path in touched})
+        if not self.broadcast:
+            spread = self._spread(source_rows) if inserts else None
+            return run_changes(spark, self.changes(version, touched), spec, spread=spread)
+        changes = run_changes(spark, self.target_changes(version, touched), spec, shuffle=False)
+        if matched is not None:
+            frame = self._unmatched(matched).coalesce(_buckets(source_rows))
+            with discard_on_failure(changes):
+                changes.extend(run_changes(spark, frame, spec, shuffle=False))
+        return changes
+
+    def _spread(self, source_rows: int) -> Any:
         F = functions()  # noqa: N806 - PySpark's convention
-        keys = self.target.scan(version, files, self.plan.scan_columns())
-        unmatched = self.source.join(keys, self.on, "left_anti")
+        return F.pmod(F.col(SOURCE_ROW), F.lit(_buckets(source_rows))).cast("string")
+
+    def _keys(self, version: int, files: dict[str, Any]) -> Any:
+        return self.target.scan(version, files, self.plan.scan_columns())
+
+    def _matched_source_rows(self, rows: Any) -> Any:
+        """The ids of the source rows that a target row of ``rows`` matches."""
+        return self._joined(rows, "inner").select(SOURCE_ROW).distinct()
+
+    def _unmatched(self, matched: Any) -> Any:
+        """The source rows to insert: not in ``matched`` (source row ids), decided by the NOT
+        MATCHED clauses."""
+        return self._inserts(self.source.join(matched, SOURCE_ROW, "left_anti"))
+
+    def _inserts(self, unmatched: Any) -> Any:
+        F = functions()  # noqa: N806 - PySpark's convention
         rows = (
             unmatched.withColumn(CLAUSE_COLUMN, first_clause(self._clauses(NOT_MATCHED)))
             .filter(F.col(CLAUSE_COLUMN).isNotNull())
             .withColumn(FILE_COLUMN, F.lit(None).cast("string"))
             .withColumn(ROW_COLUMN, F.lit(None).cast("long"))
         )
-        return rows.select(*decided(F.lit(INSERT), F.col(CLAUSE_COLUMN), [], self._new_values()))
+        return rows.select(*decided(F.lit(INSERT), F.col(CLAUSE_COLUMN), [], self._new_values(NOT_MATCHED)))
 
-    def touched_files(self, version: int, files: dict[str, Any]) -> list[str]:
+    def touched_files(self, version: int, files: dict[str, Any]) -> tuple[list[str], Any | None]:
         """Pass 1: the candidate files with a row that changes (with insert clauses: or that a
-        source row matches); fails on a target row several source rows match."""
+        source row matches), and, with insert clauses and a broadcast source, the ids of the source
+        rows some target row matches (materialized); fails on a target row several source rows
+        match."""
         F = functions()  # noqa: N806 - PySpark's convention
         by_source = bool(self._clauses(NOT_MATCHED_BY_SOURCE))
-        rows = self.target.scan(version, files, self.plan.scan_columns())
-        joined = rows.join(self.source, self.on, "left" if by_source else "inner")
+        inserts = bool(self._clauses(NOT_MATCHED))
+        joined = self._joined(self._keys(version, files), "left" if by_source else "inner")
         matched = F.col(SOURCE_PRESENT).isNotNull()
         changes = F.when(matched, first_clause(self._clauses(MATCHED)).isNotNull()).otherwise(
             first_clause(self._clauses(NOT_MATCHED_BY_SOURCE)).isNotNull()
         )
-        per_row = joined.groupBy(FILE_COLUMN, ROW_COLUMN).agg(
-            F.sum(matched.cast("int")).alias("matches"), F.max(changes.cast("int")).alias("changes")
+        pairs = joined.select(
+            F.col(FILE_COLUMN),
+            F.col(ROW_COLUMN),
+            F.when(matched, F.col(SOURCE_ROW)).alias(SOURCE_ROW),
+            changes.cast("int").alias("changes"),
+        )
+        if inserts and self.broadcast:
+            pairs = pairs.localCheckpoint(eager=True)
+        per_row = pairs.groupBy(FILE_COLUMN, ROW_COLUMN).agg(
+            F.count(SOURCE_ROW).alias("matches"), F.max("changes").alias("changes")
         )
         per_file = per_row.groupBy(FILE_COLUMN).agg(
             F.max("matches").alias("matches"), F.max("changes").alias("changes")
         )
-        inserts = bool(self._clauses(NOT_MATCHED))
         touched = []
         for path, matches, changed in per_file.collect():
             if (matches or 0) > 1 and not self.plan.only_unconditional_delete:
                 raise multiple_source_rows_error(self.plan.table.table_path)
             if changed or (inserts and (matches or 0) > 0):
                 touched.append(str(path))
-        return sorted(touched)
+        source_rows = None
+        if inserts and self.broadcast:
+            source_rows = pairs.filter(F.col(SOURCE_ROW).isNotNull()).select(SOURCE_ROW).distinct()
+        return sorted(touched), source_rows
 
-    def changes(self, version: int, touched: list[str]) -> Any:
-        """Pass 2: every row of the touched files (copying on write) or the changed ones, and the
-        rows to insert, each with its action, clause and values."""
+    def _decide(self, joined: Any, copy_on_write: bool) -> Any:
+        """Each row's clause and action, the rows a task receives, with their values."""
         F = functions()  # noqa: N806 - PySpark's convention
-        copy_on_write = not self.plan.table.deletion_vectors
-        keep_target = copy_on_write or bool(self._clauses(NOT_MATCHED_BY_SOURCE))
-        keep_source = bool(self._clauses(NOT_MATCHED))
-        how = {(True, True): "full", (True, False): "left", (False, True): "right"}.get(
-            (keep_target, keep_source), "inner"
-        )
-        joined = self.target.scan(version, touched).join(self.source, self.on, how)
         has_target = F.col(FILE_COLUMN).isNotNull()
         matched = has_target & F.col(SOURCE_PRESENT).isNotNull()
         clause = (
@@ -243,9 +294,30 @@ class _SparkMerge:
             *decided(F.col(ACTION_COLUMN), F.col(CLAUSE_COLUMN), old, self._new_values())
         )
 
-    def _new_values(self) -> list[Any]:
-        """Each column of the table after the MERGE, for the rows its update or insert clauses
-        decide: the clause's value stored into the column's type, else (updates) the target's."""
+    def target_changes(self, version: int, touched: list[str]) -> Any:
+        """Pass 2 with a broadcast source: every row of the touched files (copying on write) or the
+        changed ones, in the order of their files, each with its action, clause and values."""
+        copy_on_write = not self.plan.table.deletion_vectors
+        keep_target = copy_on_write or bool(self._clauses(NOT_MATCHED_BY_SOURCE))
+        joined = self._joined(self.target.scan(version, touched), "left" if keep_target else "inner")
+        return self._decide(joined, copy_on_write)
+
+    def changes(self, version: int, touched: list[str]) -> Any:
+        """Pass 2 with a shuffle: the target side as :meth:`target_changes` and the rows to insert
+        (the source side of the join kept with insert clauses)."""
+        copy_on_write = not self.plan.table.deletion_vectors
+        keep_target = copy_on_write or bool(self._clauses(NOT_MATCHED_BY_SOURCE))
+        keep_source = bool(self._clauses(NOT_MATCHED))
+        how = {(True, True): "full", (True, False): "left", (False, True): "right"}.get(
+            (keep_target, keep_source), "inner"
+        )
+        joined = self.target.scan(version, touched).join(self.source, self.on, how)
+        return self._decide(joined, copy_on_write)
+
+    def _new_values(self, kind: str | None = None) -> list[Any]:
+        """Each column of the table after the MERGE, for the rows its update or insert clauses (of
+        ``kind`` only, when given) decide: the clause's value stored into the column's type, else
+        (updates) the target's."""
         F = functions()  # noqa: N806 - PySpark's convention
         schema = self.plan.table.write_schema
         old = set(self.old_names)
@@ -253,7 +325,7 @@ class _SparkMerge:
         for name, data_type in zip(schema.names, spark_types(schema), strict=True):
             value: Any = None
             for index, clause in enumerate(self.plan.clauses):
-                if clause.action == "delete":
+                if clause.action == "delete" or (kind is not None and clause.spec.kind != kind):
                     continue
                 assignment = clause.assignments.get(name)
                 if assignment is not None:

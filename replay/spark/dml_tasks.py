@@ -138,6 +138,7 @@ def _work(spec: TaskSpec, sinks: Sinks, batches: Iterator[pa.RecordBatch], resul
     """Group the sorted rows by file and work on each file, and insert the rows without one."""
     current: str | None = None
     parts: list[pa.Table] = []
+    done: set[str] = set()
     for batch in batches:
         rows = pa.Table.from_batches([batch])
         for path, run in _runs(rows):
@@ -146,7 +147,10 @@ def _work(spec: TaskSpec, sinks: Sinks, batches: Iterator[pa.RecordBatch], resul
                 continue
             if path != current and parts:
                 result.changes.append(_file_change(spec, sinks, current or "", pa.concat_tables(parts)))
+                done.add(current or "")
                 parts = []
+            if path in done:
+                raise RuntimeError(f"the rows of target file {path} are not together in their task")
             current = path
             parts.append(run)
     if parts:
@@ -183,6 +187,8 @@ def _file_change(spec: TaskSpec, sinks: Sinks, path: str, rows: pa.Table) -> Fil
     ones with deletion vectors)."""
     started = time.perf_counter_ns()
     row_index = _numbers(rows.column(ROW_COLUMN), 0)
+    if row_index.size > 1 and (np.diff(row_index) < 0).any():
+        raise RuntimeError(f"the rows of target file {path} are not in the order of the file")
     if row_index.size > 1 and (np.diff(row_index) == 0).any():  # a row several source rows deleted
         first = np.concatenate([[True], np.diff(row_index) != 0])
         rows, row_index = rows.filter(pa.array(first)), row_index[first]
