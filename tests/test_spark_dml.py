@@ -25,8 +25,8 @@ from replay.dml.errors import MultipleSourceRowMatchError
 from replay.protocol.errors import TableNotFoundError
 from replay.protocol.sql import ExpressionError
 from replay.spark import DeltaTable as SparkTable
-from replay.spark import dml_jobs
-from replay.spark.dml_scan import SparkTarget
+from replay.spark import dml_jobs, dml_merge
+from replay.spark.dml_scan import SparkTarget, file_ids
 from replay.spark.dml_tasks import DELETE, ClauseEffect, TaskSpec
 from replay.txn.constraint_checks import InvariantViolationError
 from tests.dml_cases import (
@@ -192,6 +192,25 @@ def test_the_result_dataframes_are_deltas(spark: Any, tmp_path: Path) -> None:
     assert table.update("id = 1", {"v": "v + 1"}).collect()[0].num_affected_rows == 1
 
 
+def test_sources_too_large_to_broadcast_join_with_a_shuffle(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dml_merge, "BROADCAST_ROWS", 0)
+    monkeypatch.setattr(dml_merge, "KEY_RANGE_ROWS", 0)  # and no key ranges to prune by
+    names = ("merge-upsert-", "merge-conditional-", "merge-by-source-dv", "merge-insert-only-")
+    cases = [case for case in _cases() if case.name.startswith(names)]
+    assert len(cases) == 4
+    for case in cases:
+        python, on_spark = tmp_path / case.name / "python", tmp_path / case.name / "spark"
+        write_table(str(python), case.data, partition_by=case.partition_by, configuration=case.configuration)
+        shutil.copytree(python, on_spark)
+        case.python(str(python))
+        case.spark(spark, str(on_spark)).collect()
+        assert our_rows(str(on_spark)) == our_rows(str(python)), case.name
+        assert _summary(str(on_spark)) == _summary(str(python)), case.name
+        assert our_changes(str(on_spark), 1) == our_changes(str(python), 1), case.name
+
+
 # -- errors and failures ------------------------------------------------------------------------------
 def test_errors_are_the_python_dmls(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
@@ -237,16 +256,14 @@ def test_append_only_and_constraints_refuse_and_leave_nothing(spark: Any, tmp_pa
     assert files_under(checked) == before and latest_version(checked) == version
 
 
-class _FilesWithOneMissing(dict):  # type: ignore[type-arg]
-    """The target files of a task spec, where looking up :data:`MISSING` waits a little (so that
-    the other task finishes first) and then fails with a ``KeyError``, not a Delta error."""
+class _FilesWithOneMissing(tuple):  # type: ignore[type-arg]
+    """The target files of a task spec, where looking up the one past the end waits a little (so
+    that the other task finishes first) and then fails with an ``IndexError``, not a Delta error."""
 
-    def __missing__(self, key: str) -> Any:
-        time.sleep(1.5)
-        raise KeyError(key)
-
-
-MISSING = "~missing.parquet"  # sorts after every real file: its task works on the others first
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, int) and index >= len(self):
+            time.sleep(1.5)
+        return super().__getitem__(index)
 
 
 def test_a_failed_job_deletes_what_finished_tasks_wrote(
@@ -267,18 +284,22 @@ def test_a_failed_job_deletes_what_finished_tasks_wrote(
         SparkTarget(spark, uri)
         .scan(snapshot.version, files)
         .filter(F.col(ROW_COLUMN) == 0)  # a deletion vector for each file, none deletes a whole file
-        .select(*decided(F.lit(DELETE), F.lit(0), [], []))
+        .select(*decided(F.lit(DELETE), F.lit(0), []))
     )
-    rows = rows.unionByName(rows.limit(1).withColumn(FILE_COLUMN, F.lit(MISSING)))
+    ids = file_ids(files)
+    missing = rows.limit(1).withColumn(FILE_COLUMN, F.lit(len(ids)))  # its task handles it last
+    rows = rows.unionByName(missing)
     table = dml_table(snapshot, removes_rows=True, change_data=False)
-    spec = TaskSpec(table, _FilesWithOneMissing(files), (ClauseEffect(DELETE, "deleted"),), (), ())
+    spec = TaskSpec(
+        table, _FilesWithOneMissing(files[path] for path in ids), (ClauseEffect(DELETE, "deleted"),)
+    )
     deleted: list[Any] = []
     discard = dml_jobs.discard_written
     monkeypatch.setattr(dml_jobs, "discard_written", lambda t, w: (deleted.extend(w), discard(t, w)))
     coalesce = "spark.sql.adaptive.coalescePartitions.enabled"
     spark.conf.set(coalesce, "false")  # two tasks, whatever their size
     try:
-        with pytest.raises(Exception, match="KeyError"):
+        with pytest.raises(Exception, match="IndexError"):
             dml_jobs.run_changes(spark, rows, spec)
     finally:
         spark.conf.unset(coalesce)

@@ -92,7 +92,7 @@ class DeltaLogBatchReader(DataSourceReader):
         with delta_errors_first():
             reader, _ = self._plan or self._make_plan()
             if self.settings.row_ids:
-                yield from row_id_batches(reader, partition, self.schema)
+                yield from row_id_batches(reader, partition, self.schema, self.settings.only_files)
             else:
                 yield from record_batches(reader, partition, self.settings.read_change_feed, self.schema)
 

@@ -1,5 +1,5 @@
 """Spark columns of a row-level change: conditions, the first clause that applies, stored values,
-and the old and new row columns the writing tasks receive (:mod:`replay.spark.dml_tasks`)."""
+and the columns the writing tasks receive (:mod:`replay.spark.dml_tasks`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from replay.spark.dml_tasks import ACTION_COLUMN, CLAUSE_COLUMN, new_column, old_column
+from replay.spark.dml_tasks import ACTION_COLUMN, CLAUSE_COLUMN, new_column
 from replay.spark.row_ids import FILE_COLUMN, ROW_COLUMN
 
 
@@ -52,14 +52,13 @@ def stored(sql: str, data_type: Any) -> Any:
     return functions().expr(sql).cast(data_type)
 
 
-def decided(action: Any, clause: Any, old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
-    """The columns a writing task receives: file, row, action, clause, old and new values."""
+def decided(action: Any, clause: Any, new: Sequence[Any]) -> list[Any]:
+    """The columns a writing task receives: file, row, action, clause and assigned values."""
     F = functions()  # noqa: N806 - PySpark's convention
     return [
         F.col(FILE_COLUMN),
         F.col(ROW_COLUMN),
         action.cast("int").alias(ACTION_COLUMN),
         clause.cast("int").alias(CLAUSE_COLUMN),
-        *(value.alias(old_column(i)) for i, value in enumerate(old)),
         *(value.alias(new_column(i)) for i, value in enumerate(new)),
     ]

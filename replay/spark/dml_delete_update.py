@@ -4,19 +4,14 @@ Spark, files written by the executors, one commit on the driver.
 Planning is :func:`replay.dml.plan_delete` / :func:`replay.dml.plan_update` (binding, errors,
 the table's checks, the pruning predicate), then :func:`replay.dml.context.candidate_files`.
 A DELETE whose condition partition values decide removes whole files without reading them
-(Delta's metadata-only delete), as in Python. Otherwise:
-
-* with deletion vectors, one pass: the candidate files are read (for a DELETE only the
-  condition's columns, for an UPDATE every column) with each row's file and physical index,
-  Spark keeps the rows the condition holds for and computes the new values, and the tasks write
-  the deletion vectors, the updated rows and the change data;
-* copying on write, two passes, as Delta's commands do: the first reads the condition's columns
-  of the candidate files and finds the files with a matching row (the touched files); the
-  second reads every row of the touched files, Spark marks each row deleted, updated (with its
-  new values) or copied, and each task rewrites whole files.
-
-The target read hands each task whole files, in row order, and nothing in between moves rows, so
-the tasks that read the files also write them: no shuffle.
+(Delta's metadata-only delete), as in Python. Otherwise one pass: the candidate files are read
+through the data source with the columns the condition and the assignments read and each row's
+file and physical index; Spark keeps the rows the condition holds for and computes the assigned
+values; and the tasks that read a file also write its new state (the read hands each task whole
+files, in row order, and nothing moves rows in between: no shuffle). A task reads the rest of a
+file it changes itself (:mod:`replay.spark.dml_tasks`): copying on write every row, with deletion
+vectors the changed rows' columns the change data needs. Files without a matching row are
+neither read twice nor rewritten.
 
 The driver commits through :func:`replay.dml.delete.finish_delete` /
 :func:`replay.dml.update.finish_update`: the same actions, operation parameters and metrics as
@@ -35,9 +30,9 @@ from replay.dml.delete import delete_parameters, delete_rows, finish_delete, pla
 from replay.dml.update import finish_update, plan_update, update_parameters
 from replay.protocol.arrow_actions import add_actions
 from replay.spark.dml_columns import decided, functions, holds, spark_types, stored
-from replay.spark.dml_jobs import discard_unless_committed, run_changes
-from replay.spark.dml_scan import SparkTarget, touched_files
-from replay.spark.dml_tasks import COPY, DELETE, UPDATE, ClauseEffect, TaskSpec
+from replay.spark.dml_jobs import discard_unless_committed, log_files, run_changes
+from replay.spark.dml_scan import SparkTarget, file_ids
+from replay.spark.dml_tasks import DELETE, UPDATE, ClauseEffect, TaskSpec
 from replay.state.pruning import decided_by_partition_values
 
 
@@ -55,20 +50,11 @@ def spark_delete(target: SparkTarget, condition: str | None) -> DmlResult:
     if decided_by_partition_values(candidates, pruning, snapshot.config):
         return remove_whole_files(txn, candidates, pruning, parameters, started)
     files = {file.path: file for file in add_actions(candidates)}
-    matches = holds(condition)
-    columns = plan.columns
-    if plan.table.deletion_vectors:
-        frame = target.scan(snapshot.version, files, columns).filter(matches)
-        selected = frame.select(*decided(F.lit(DELETE), F.lit(0), [], []))
-        old: tuple[str, ...] = ()
-    else:
-        touched = touched_files(target.scan(snapshot.version, files, columns).filter(matches))
-        old = tuple(plan.table.read_schema.names)
-        frame = target.scan(snapshot.version, touched)
-        action = F.when(matches, F.lit(DELETE)).otherwise(F.lit(COPY))
-        selected = frame.select(*decided(action, F.lit(0), [target.column(c) for c in old], []))
-    spec = TaskSpec(plan.table, files, (ClauseEffect(DELETE, "deleted"),), old, ())
+    rows = target.scan(snapshot.version, files, plan.columns).filter(holds(condition))
+    selected = rows.select(*decided(F.lit(DELETE), F.lit(0), []))
+    spec = TaskSpec(plan.table, [files[path] for path in file_ids(files)], (ClauseEffect(DELETE, "deleted"),))
     changes = run_changes(target.spark, selected, spec, shuffle=False)
+    log_files("DELETE", plan.table, len(files), snapshot.num_files, changes)
     scanned_ns = time.perf_counter_ns() - started
     with discard_unless_committed(txn, changes):
         return finish_delete(
@@ -94,30 +80,20 @@ def spark_update(target: SparkTarget, condition: str | None, assignments: Mappin
     candidates = candidate_files(snapshot, pruning)
     files = {file.path: file for file in add_actions(candidates)}
     schema = plan.table.write_schema
-    names = tuple(schema.names)
-    matches = holds(condition)
     values: list[Any] = []
-    for name, data_type in zip(names, spark_types(schema), strict=True):
+    read = list(plan.columns)
+    for name, data_type in zip(schema.names, spark_types(schema), strict=True):
         assignment = plan.assignments.get(name)
         text = getattr(assignment, "text", None)
-        values.append(stored(text, data_type) if text is not None else target.column(name))
-    old = [target.column(c) for c in names]
-    if plan.table.deletion_vectors:
-        frame = target.scan(snapshot.version, files).filter(matches)
-        selected = frame.select(*decided(F.lit(UPDATE), F.lit(0), old, values))
-    else:
-        touched = (
-            touched_files(target.scan(snapshot.version, files, plan.columns).filter(matches))
-            if condition is not None
-            else list(files)
-        )
-        frame = target.scan(snapshot.version, touched)
-        action = F.when(matches, F.lit(UPDATE)).otherwise(F.lit(COPY))
-        new = [F.when(matches, value) for value in values]
-        selected = frame.select(*decided(action, F.lit(0), old, new))
+        values.append(stored(text, data_type) if text is not None else F.lit(None).cast(data_type))
+        if assignment is not None:
+            read += assignment.bound.columns()
+    rows = target.scan(snapshot.version, files, read).filter(holds(condition))
+    selected = rows.select(*decided(F.lit(UPDATE), F.lit(0), values))
     effect = ClauseEffect(UPDATE, "updated", tuple(plan.assignments))
-    spec = TaskSpec(plan.table, files, (effect,), names, names)
+    spec = TaskSpec(plan.table, [files[path] for path in file_ids(files)], (effect,))
     changes = run_changes(target.spark, selected, spec, shuffle=False)
+    log_files("UPDATE", plan.table, len(files), snapshot.num_files, changes)
     scanned_ns = time.perf_counter_ns() - started
     with discard_unless_committed(txn, changes):
         return finish_update(

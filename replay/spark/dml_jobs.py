@@ -129,8 +129,8 @@ def run_changes(
     :mod:`~replay.spark.dml_tasks`) and gather what the tasks did; raises the first Delta error a
     task returned.
 
-    ``shuffle``: partition the rows by file and sort them (``spread``, a string column, spreads
-    the rows to insert over tasks). Without it ``frame``'s own partitions are the tasks: the rows
+    ``shuffle``: partition the rows by file and sort them (``spread``, a negative int column,
+    spreads the rows to insert over tasks). Without it ``frame``'s own partitions are the tasks: the rows
     of each file must already be in one partition, together and in row order, as a target read
     gives them (and a join that streams the target, with the source broadcast, keeps them); a
     task, and the driver, fail the operation otherwise.
@@ -173,6 +173,15 @@ def discard_on_failure(changes: Changes) -> Iterator[None]:
     except BaseException:
         changes.discard()
         raise
+
+
+def log_files(operation: str, table: DmlTable, read: int, total: int, changes: Changes) -> None:
+    """Log how many target files the operation read (the files that can match), of how many, and
+    how many it changed."""
+    changed = sum(1 for change in changes.changes if change.touched)
+    logger.info(
+        "%s of %s read %d of %d files and changed %d", operation, table.table_path, read, total, changed
+    )
 
 
 @contextlib.contextmanager

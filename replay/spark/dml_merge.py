@@ -42,12 +42,16 @@ from replay.dml.merge_commit import finish_merge, merge_parameters
 from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import Predicate
 from replay.spark.dml_columns import decided, first_clause, functions, spark_types, stored
-from replay.spark.dml_jobs import Changes, discard_on_failure, discard_unless_committed, run_changes
-from replay.spark.dml_scan import SparkTarget
+from replay.spark.dml_jobs import (
+    Changes,
+    discard_on_failure,
+    discard_unless_committed,
+    log_files,
+    run_changes,
+)
+from replay.spark.dml_scan import SparkTarget, file_ids
 from replay.spark.dml_tasks import (
-    ACTION_COLUMN,
     CLAUSE_COLUMN,
-    COPY,
     DELETE,
     INSERT,
     UPDATE,
@@ -120,6 +124,7 @@ def spark_merge(
         replace(target, alias=target_alias), plan, materialized.alias(source_alias), condition, broadcast
     )
     changes = merge.run(snapshot.version, files, source_rows)
+    log_files("MERGE", plan.table, len(files), snapshot.num_files, changes)
     scanned_ns = time.perf_counter_ns() - started
     with discard_unless_committed(txn, changes):
         return finish_merge(
@@ -171,8 +176,6 @@ class _SparkMerge:
         self.source = source
         self.broadcast = broadcast
         self.on = functions().expr(condition)
-        self.old_names = tuple(plan.table.read_schema.names)
-        self.new_names = tuple(plan.table.write_schema.names)
         self.effects = tuple(
             ClauseEffect(*_EFFECTS[(c.spec.kind, c.action)], tuple(c.assignments)) for c in plan.clauses
         )
@@ -185,7 +188,8 @@ class _SparkMerge:
         return rows.join(source, self.on, how)
 
     def _spec(self, files: dict[str, Any]) -> TaskSpec:
-        return TaskSpec(self.plan.table, files, self.effects, self.old_names, self.new_names)
+        """The tasks' spec, over ``files`` numbered as a scan of them numbers them."""
+        return TaskSpec(self.plan.table, [files[path] for path in file_ids(files)], self.effects)
 
     def run(self, version: int, files: dict[str, Any], source_rows: int) -> Changes:
         """Pass 1 and pass 2 (or the insert-only pass): what the tasks wrote."""
@@ -212,7 +216,7 @@ class _SparkMerge:
 
     def _spread(self, source_rows: int) -> Any:
         F = functions()  # noqa: N806 - PySpark's convention
-        return F.pmod(F.col(SOURCE_ROW), F.lit(_buckets(source_rows))).cast("string")
+        return (-1 - F.pmod(F.col(SOURCE_ROW), F.lit(_buckets(source_rows)))).cast("int")
 
     def _keys(self, version: int, files: dict[str, Any]) -> Any:
         return self.target.scan(version, files, self.plan.scan_columns())
@@ -231,10 +235,10 @@ class _SparkMerge:
         rows = (
             unmatched.withColumn(CLAUSE_COLUMN, first_clause(self._clauses(NOT_MATCHED)))
             .filter(F.col(CLAUSE_COLUMN).isNotNull())
-            .withColumn(FILE_COLUMN, F.lit(None).cast("string"))
+            .withColumn(FILE_COLUMN, F.lit(None).cast("int"))
             .withColumn(ROW_COLUMN, F.lit(None).cast("long"))
         )
-        return rows.select(*decided(F.lit(INSERT), F.col(CLAUSE_COLUMN), [], self._new_values(NOT_MATCHED)))
+        return rows.select(*decided(F.lit(INSERT), F.col(CLAUSE_COLUMN), self._new_values(NOT_MATCHED)))
 
     def touched_files(self, version: int, files: dict[str, Any]) -> tuple[list[str], Any | None]:
         """Pass 1: the candidate files with a row that changes (with insert clauses: or that a
@@ -263,19 +267,30 @@ class _SparkMerge:
         per_file = per_row.groupBy(FILE_COLUMN).agg(
             F.max("matches").alias("matches"), F.max("changes").alias("changes")
         )
+        paths = file_ids(files)
         touched = []
-        for path, matches, changed in per_file.collect():
+        for file_id, matches, changed in per_file.collect():
             if (matches or 0) > 1 and not self.plan.only_unconditional_delete:
                 raise multiple_source_rows_error(self.plan.table.table_path)
             if changed or (inserts and (matches or 0) > 0):
-                touched.append(str(path))
+                touched.append(paths[file_id])
         source_rows = None
         if inserts and self.broadcast:
             source_rows = pairs.filter(F.col(SOURCE_ROW).isNotNull()).select(SOURCE_ROW).distinct()
         return sorted(touched), source_rows
 
-    def _decide(self, joined: Any, copy_on_write: bool) -> Any:
-        """Each row's clause and action, the rows a task receives, with their values."""
+    def _read_columns(self) -> list[str]:
+        """The target columns pass 2 reads: the ON condition's, and those the MATCHED and NOT
+        MATCHED BY SOURCE clauses' conditions and values read."""
+        columns = self.plan.scan_columns()
+        for clause in self.plan.clauses:
+            if clause.spec.kind != NOT_MATCHED:
+                for value in clause.assignments.values():
+                    columns += value.bound.columns(self.target.alias)
+        return list(dict.fromkeys(columns))
+
+    def _decide(self, joined: Any) -> Any:
+        """The changed rows and the rows to insert, each with its clause, action and values."""
         F = functions()  # noqa: N806 - PySpark's convention
         has_target = F.col(FILE_COLUMN).isNotNull()
         matched = has_target & F.col(SOURCE_PRESENT).isNotNull()
@@ -284,57 +299,49 @@ class _SparkMerge:
             .when(has_target, first_clause(self._clauses(NOT_MATCHED_BY_SOURCE)))
             .otherwise(first_clause(self._clauses(NOT_MATCHED)))
         )
-        action: Any = F.when(F.col(CLAUSE_COLUMN).isNull() & has_target, F.lit(COPY))
+        action: Any = None
         for index, effect in enumerate(self.effects):
-            action = action.when(F.col(CLAUSE_COLUMN) == index, F.lit(effect.action))
-        decided_rows = joined.withColumn(CLAUSE_COLUMN, clause).withColumn(ACTION_COLUMN, action)
-        wanted = F.col(ACTION_COLUMN).isNotNull() if copy_on_write else F.col(ACTION_COLUMN) != COPY
-        old = [self.target.column(name) for name in self.old_names]
-        return decided_rows.filter(wanted).select(
-            *decided(F.col(ACTION_COLUMN), F.col(CLAUSE_COLUMN), old, self._new_values())
-        )
+            test = F.col(CLAUSE_COLUMN) == index
+            action = (
+                F.when(test, F.lit(effect.action))
+                if action is None
+                else action.when(test, F.lit(effect.action))
+            )
+        rows = joined.withColumn(CLAUSE_COLUMN, clause).filter(F.col(CLAUSE_COLUMN).isNotNull())
+        return rows.select(*decided(action, F.col(CLAUSE_COLUMN), self._new_values()))
 
     def target_changes(self, version: int, touched: list[str]) -> Any:
-        """Pass 2 with a broadcast source: every row of the touched files (copying on write) or the
-        changed ones, in the order of their files, each with its action, clause and values."""
-        copy_on_write = not self.plan.table.deletion_vectors
-        keep_target = copy_on_write or bool(self._clauses(NOT_MATCHED_BY_SOURCE))
-        joined = self._joined(self.target.scan(version, touched), "left" if keep_target else "inner")
-        return self._decide(joined, copy_on_write)
+        """Pass 2 with a broadcast source: the changed rows of the touched files, in the order of
+        their files (the join streams them)."""
+        how = "left" if self._clauses(NOT_MATCHED_BY_SOURCE) else "inner"
+        return self._decide(self._joined(self.target.scan(version, touched, self._read_columns()), how))
 
     def changes(self, version: int, touched: list[str]) -> Any:
-        """Pass 2 with a shuffle: the target side as :meth:`target_changes` and the rows to insert
-        (the source side of the join kept with insert clauses)."""
-        copy_on_write = not self.plan.table.deletion_vectors
-        keep_target = copy_on_write or bool(self._clauses(NOT_MATCHED_BY_SOURCE))
+        """Pass 2 with a shuffle: the changed rows of the touched files and the rows to insert (the
+        source side of the join kept with insert clauses)."""
+        keep_target = bool(self._clauses(NOT_MATCHED_BY_SOURCE))
         keep_source = bool(self._clauses(NOT_MATCHED))
         how = {(True, True): "full", (True, False): "left", (False, True): "right"}.get(
             (keep_target, keep_source), "inner"
         )
-        joined = self.target.scan(version, touched).join(self.source, self.on, how)
-        return self._decide(joined, copy_on_write)
+        rows = self.target.scan(version, touched, self._read_columns())
+        return self._decide(rows.join(self.source, self.on, how))
 
     def _new_values(self, kind: str | None = None) -> list[Any]:
-        """Each column of the table after the MERGE, for the rows its update or insert clauses (of
-        ``kind`` only, when given) decide: the clause's value stored into the column's type, else
-        (updates) the target's."""
+        """Each column of the table after the MERGE: the value the deciding update or insert
+        clause (of ``kind`` only, when given) assigns it, stored into its type; null where the
+        clause does not assign it (the task keeps the target's value for updates)."""
         F = functions()  # noqa: N806 - PySpark's convention
         schema = self.plan.table.write_schema
-        old = set(self.old_names)
         values = []
         for name, data_type in zip(schema.names, spark_types(schema), strict=True):
             value: Any = None
             for index, clause in enumerate(self.plan.clauses):
-                if clause.action == "delete" or (kind is not None and clause.spec.kind != kind):
-                    continue
                 assignment = clause.assignments.get(name)
-                if assignment is not None:
-                    chosen = stored(assignment.text, data_type)
-                elif clause.spec.kind != NOT_MATCHED and name in old:
-                    chosen = self.target.column(name)
-                else:
-                    chosen = F.lit(None).cast(data_type)
+                if assignment is None or (kind is not None and clause.spec.kind != kind):
+                    continue
                 test = F.col(CLAUSE_COLUMN) == index
+                chosen = stored(assignment.text, data_type)
                 value = F.when(test, chosen) if value is None else value.when(test, chosen)
             values.append(value if value is not None else F.lit(None).cast(data_type))
         return values

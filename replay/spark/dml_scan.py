@@ -16,8 +16,7 @@ from typing import Any
 import orjson
 
 from replay.delta_log import DeltaLog
-from replay.dml.assignments import quote
-from replay.spark.row_ids import COLUMNS_OPTION, FILE_COLUMN, FILES_OPTION, ROW_IDS_OPTION
+from replay.spark.row_ids import COLUMNS_OPTION, FILES_OPTION, ROW_IDS_OPTION
 from replay.spark.settings import storage_conf
 from replay.state.snapshot import Snapshot
 
@@ -71,11 +70,11 @@ class SparkTarget:
         aliased: bool = True,
     ) -> Any:
         """The rows of ``files`` at ``version`` with ``columns`` (all without a list) and their row
-        ids, under the table's alias when ``aliased``."""
+        ids (a file is its position in :func:`file_ids`), under the table's alias when ``aliased``."""
         reader = (
             self._reader()
             .option("versionAsOf", str(version))
-            .option(FILES_OPTION, orjson.dumps(sorted(set(files))).decode())
+            .option(FILES_OPTION, orjson.dumps(list(file_ids(files))).decode())
             .option(ROW_IDS_OPTION, "true")
         )
         if columns is not None:
@@ -83,14 +82,8 @@ class SparkTarget:
         frame = reader.load(self.path)
         return frame.alias(self.alias) if aliased and self.alias else frame
 
-    def column(self, name: str, alias: str | None = None) -> Any:
-        """The target column ``name`` (qualified by ``alias``, default the table's alias)."""
-        from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
-        qualifier = alias if alias is not None else self.alias
-        return F.col(f"{quote(qualifier)}.{quote(name)}" if qualifier else quote(name))
-
-
-def touched_files(frame: Any) -> list[str]:
-    """The distinct files of the rows of ``frame`` (a scan with row ids, filtered)."""
-    return sorted(str(row[0]) for row in frame.select(FILE_COLUMN).distinct().collect())
+def file_ids(files: Iterable[str]) -> tuple[str, ...]:
+    """The files of a scan in the order their ids (:data:`~replay.spark.row_ids.FILE_COLUMN`)
+    number them."""
+    return tuple(sorted(set(files)))

@@ -1,23 +1,25 @@
 """The executor side of a Spark DELETE, UPDATE or MERGE: rows whose fate Spark decided, written as
 Delta files by the Python DML's own per-file code.
 
-Spark evaluates the conditions, joins and assignments; each task of the last stage receives rows
-of the target files it owns (every row of a file in one task, sorted by physical row index) and
-the rows to insert, with these columns:
+Spark evaluates the conditions, joins and assignments over the columns they read; each task of
+the last stage receives the changed rows of the target files it owns (all of a file's in one
+task, in the order of the file) and rows to insert, with these columns:
 
 * :data:`~replay.spark.row_ids.FILE_COLUMN` / :data:`~replay.spark.row_ids.ROW_COLUMN`: the
-  target row's file and physical index (the file is null for a row to insert);
-* :data:`ACTION_COLUMN`: :data:`COPY` (kept as is, copy-on-write only), :data:`DELETE`,
-  :data:`UPDATE` or :data:`INSERT`; :data:`CLAUSE_COLUMN`: the clause that decided it (an index
-  into :attr:`TaskSpec.clauses`);
-* the target row's columns (:func:`old_column`) and the new row's (:func:`new_column`).
+  target row's file (its position in :attr:`TaskSpec.files`) and physical index (the file is
+  null for a row to insert);
+* :data:`ACTION_COLUMN`: :data:`DELETE`, :data:`UPDATE` or :data:`INSERT`;
+  :data:`CLAUSE_COLUMN`: the clause that decided it (an index into :attr:`TaskSpec.clauses`);
+* the values of the columns the clause assigns (:func:`new_column`, by position in the table's
+  columns after the change; the others are null).
 
-For each file the task builds the file's :class:`~replay.dml.target_rows.TargetRows` and hands
-the decision to :class:`~replay.dml.rewrite.FileRewriter`, the code the Python DML runs per file:
-the same deletion vectors, copy-on-write files, change data and row counts, written through a
+The unchanged rows and columns never go through Spark: the task reads them from the file, as the
+Python DML does, and hands the decision to :class:`~replay.dml.rewrite.FileRewriter`, the code
+the Python DML runs per file: the same deletion vectors, copy-on-write files (every live row of
+the file, updated rows in place), change data and row counts, written through a
 :class:`~replay.dml.outputs.Sinks` (the data writer checks the table's constraints on every
-row). Generated columns are computed as the Python DML computes them
-(:func:`~replay.dml.assignments.regenerate`).
+row). The columns an update does not assign keep the target row's values, and generated columns
+are computed as the Python DML computes them (:func:`~replay.dml.assignments.regenerate`).
 
 A task returns one row: a pickled :class:`TaskResult` (the files' :class:`FileChange`\\ s, the
 files its shared writers wrote, the deletion vector files, the inserted rows). A Delta error
@@ -32,7 +34,7 @@ import itertools
 import pickle
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +49,7 @@ from replay.dml.assignments import regenerate
 from replay.dml.context import DmlTable
 from replay.dml.outputs import SinkFiles, Sinks
 from replay.dml.rewrite import EMPTY, FileChange, FileRewriter, align, change_rows
-from replay.dml.target_rows import TargetRows
+from replay.dml.target_rows import TargetRows, read_target_rows
 from replay.protocol.actions import AddFile
 from replay.protocol.errors import DeltaError
 from replay.spark.row_ids import FILE_COLUMN, ROW_COLUMN
@@ -55,12 +57,7 @@ from replay.spark.row_ids import FILE_COLUMN, ROW_COLUMN
 ACTION_COLUMN = "_replay_dml_action"
 CLAUSE_COLUMN = "_replay_dml_clause"
 PAYLOAD_SCHEMA = "payload binary"
-COPY, DELETE, UPDATE, INSERT = 0, 1, 2, 3
-
-
-def old_column(position: int) -> str:
-    """The name under which a task receives the target row's column at ``position``."""
-    return f"_replay_dml_o{position}"
+DELETE, UPDATE, INSERT = 1, 2, 3
 
 
 def new_column(position: int) -> str:
@@ -82,13 +79,11 @@ class ClauseEffect:
 @dataclass(frozen=True)
 class TaskSpec:
     """What every task of one operation needs (picklable): the table, the target files it may
-    see, the clauses, and the table columns behind the old and new row columns."""
+    see, and the clauses."""
 
     table: DmlTable
-    files: Mapping[str, AddFile]
+    files: Sequence[AddFile]
     clauses: tuple[ClauseEffect, ...]
-    old_columns: tuple[str, ...]
-    new_columns: tuple[str, ...]
 
 
 @dataclass
@@ -136,100 +131,107 @@ def run_task(spec: TaskSpec, written: Any, batches: Iterator[pa.RecordBatch]) ->
 
 def _work(spec: TaskSpec, sinks: Sinks, batches: Iterator[pa.RecordBatch], result: TaskResult) -> None:
     """Group the sorted rows by file and work on each file, and insert the rows without one."""
-    current: str | None = None
+    current: int | None = None
     parts: list[pa.Table] = []
-    done: set[str] = set()
+    done: set[int] = set()
     for batch in batches:
         rows = pa.Table.from_batches([batch])
-        for path, run in _runs(rows):
-            if path is None:
+        for file_id, run in _runs(rows):
+            if file_id is None:
                 _insert(spec, sinks, run, result.inserted)
                 continue
-            if path != current and parts:
-                result.changes.append(_file_change(spec, sinks, current or "", pa.concat_tables(parts)))
-                done.add(current or "")
+            if file_id != current and parts and current is not None:
+                result.changes.append(_file_change(spec, sinks, current, pa.concat_tables(parts)))
+                done.add(current)
                 parts = []
-            if path in done:
-                raise RuntimeError(f"the rows of target file {path} are not together in their task")
-            current = path
+            if file_id in done:
+                raise RuntimeError(
+                    f"the rows of target file {spec.files[file_id].path} are not together in their task"
+                )
+            current = file_id
             parts.append(run)
-    if parts:
-        result.changes.append(_file_change(spec, sinks, current or "", pa.concat_tables(parts)))
+    if parts and current is not None:
+        result.changes.append(_file_change(spec, sinks, current, pa.concat_tables(parts)))
 
 
-def _runs(rows: pa.Table) -> Iterator[tuple[str | None, pa.Table]]:
+def _runs(rows: pa.Table) -> Iterator[tuple[int | None, pa.Table]]:
     """The runs of consecutive rows of one file (``None``: rows to insert)."""
     if rows.num_rows == 0:
         return
-    encoded = pc.dictionary_encode(rows.column(FILE_COLUMN)).combine_chunks()
-    codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-    dictionary = encoded.dictionary.to_pylist()
-    starts = np.flatnonzero(np.diff(codes)) + 1
+    ids = np.asarray(pc.fill_null(rows.column(FILE_COLUMN), -1).to_numpy(), dtype=np.int64)
+    starts = np.flatnonzero(np.diff(ids)) + 1
     bounds = [0, *starts.tolist(), rows.num_rows]
     for begin, end in itertools.pairwise(bounds):
-        code = int(codes[begin])
-        yield (dictionary[code] if code >= 0 else None), rows.slice(begin, end - begin)
+        file_id = int(ids[begin])
+        yield (file_id if file_id >= 0 else None), rows.slice(begin, end - begin)
 
 
 def _numbers(column: pa.ChunkedArray, default: int) -> np.ndarray:
     return np.asarray(pc.fill_null(column, default).to_numpy(), dtype=np.int64)
 
 
-def _columns(rows: pa.Table, names: Sequence[str], renamed: Sequence[str], schema: pa.Schema) -> pa.Table:
-    """``rows``' columns ``names`` as the table columns ``renamed``, in ``schema``'s types (a
-    table without columns keeps its row count)."""
-    table = rows.select(list(names)).rename_columns(list(renamed))
-    return align(table, schema) if names else table
-
-
-def _file_change(spec: TaskSpec, sinks: Sinks, path: str, rows: pa.Table) -> FileChange:
-    """Apply the decided actions to one target file (all its rows copying on write, the changed
-    ones with deletion vectors)."""
+def _file_change(spec: TaskSpec, sinks: Sinks, file_id: int, rows: pa.Table) -> FileChange:
+    """Apply the decided actions to one target file: ``rows`` are its changed rows (row index,
+    action, clause, assigned values); the file itself is read for the rest, as the Python DML
+    reads it (copying on write every row, for change data and updates the changed rows' columns)."""
     started = time.perf_counter_ns()
+    file = spec.files[file_id]
+    path = file.path
     row_index = _numbers(rows.column(ROW_COLUMN), 0)
     if row_index.size > 1 and (np.diff(row_index) < 0).any():
         raise RuntimeError(f"the rows of target file {path} are not in the order of the file")
     if row_index.size > 1 and (np.diff(row_index) == 0).any():  # a row several source rows deleted
         first = np.concatenate([[True], np.diff(row_index) != 0])
         rows, row_index = rows.filter(pa.array(first)), row_index[first]
-    file = spec.files[path]
     table = spec.table
-    old_names = [old_column(i) for i in range(len(spec.old_columns))]
-    target = TargetRows(
-        file,
-        _columns(rows, old_names, spec.old_columns, table.reader.arrow_schema(list(spec.old_columns))),
-        row_index,
-        _physical_rows(table, file, rows.num_rows),
-    )
+    if table.deletion_vectors:
+        target = TargetRows(file, rows.select([]), row_index, _physical_rows(table, file))
+        positions = np.arange(row_index.size, dtype=np.int64)
+    else:
+        target = read_target_rows(table.reader, file, [])
+        positions = np.searchsorted(target.row_index, row_index).astype(np.int64)
+        if positions.size and (
+            positions[-1] >= target.num_rows or (target.row_index[positions] != row_index).any()
+        ):
+            raise RuntimeError(f"rows of target file {path} to change are not live rows of it")
     rewriter = FileRewriter(table, sinks, target, started)
-    actions = _numbers(rows.column(ACTION_COLUMN), COPY)
+    actions = _numbers(rows.column(ACTION_COLUMN), 0)
     clauses = _numbers(rows.column(CLAUSE_COLUMN), -1)
     counts: Counter[str] = Counter()
-    for clause in np.unique(clauses[actions != COPY]):
-        counts[spec.clauses[int(clause)].count] += int(
-            np.count_nonzero((clauses == clause) & (actions != COPY))
-        )
-    deleted = np.flatnonzero(actions == DELETE).astype(np.int64)
-    updated_parts: list[np.ndarray] = []
-    new_rows: list[pa.Table] = []
-    for clause in np.unique(clauses[actions == UPDATE]):
-        positions = np.flatnonzero((actions == UPDATE) & (clauses == clause)).astype(np.int64)
-        updated_parts.append(positions)
-        values = _new_rows(spec, rows.take(pa.array(positions)))
-        new_rows.append(
-            regenerate(
-                values, table.spec.constraints.generated, spec.clauses[int(clause)].assigned, insert=False
-            )
-        )
-    if not deleted.size and not updated_parts:
+    for clause in np.unique(clauses):
+        counts[spec.clauses[int(clause)].count] += int(np.count_nonzero(clauses == clause))
+    deleted = positions[actions == DELETE]
+    chosen = [
+        (int(c), np.flatnonzero((actions == UPDATE) & (clauses == c)))
+        for c in np.unique(clauses[actions == UPDATE])
+    ]
+    updated = np.concatenate([positions[at] for _, at in chosen]) if chosen else EMPTY
+    if not deleted.size and not updated.size:
         return rewriter.unchanged()
-    updated = np.concatenate(updated_parts) if updated_parts else EMPTY
+    rewriter.load(np.concatenate([deleted, updated]))
+    new_rows = []
+    for clause, at in chosen:
+        assigned = spec.clauses[clause].assigned
+        values = _assigned(spec, rows.take(pa.array(at)), assigned, rewriter.full_rows(positions[at]))
+        new_rows.append(regenerate(values, table.spec.constraints.generated, assigned, insert=False))
     return rewriter.finish(deleted, updated, pa.concat_tables(new_rows) if new_rows else None, counts)
 
 
-def _new_rows(spec: TaskSpec, rows: pa.Table) -> pa.Table:
-    names = [new_column(i) for i in range(len(spec.new_columns))]
-    return _columns(rows, names, spec.new_columns, spec.table.write_schema)
+def _assigned(spec: TaskSpec, rows: pa.Table, assigned: Sequence[str], old: pa.Table | None) -> pa.Table:
+    """New rows in the table's columns after the change: the ``assigned`` columns as Spark computed
+    them, the others from ``old`` (the target rows an update keeps) or null (inserts, new columns)."""
+    schema = spec.table.write_schema
+    chosen = set(assigned)
+    old_names = set(old.column_names) if old is not None else set()
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for position, column in enumerate(schema):
+        if column.name in chosen:
+            arrays.append(rows.column(new_column(position)))
+        elif old is not None and column.name in old_names:
+            arrays.append(old.column(column.name))
+        else:
+            arrays.append(pa.nulls(rows.num_rows, column.type))
+    return align(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
 def _insert(spec: TaskSpec, sinks: Sinks, rows: pa.Table, inserted: Counter[str]) -> None:
@@ -240,21 +242,21 @@ def _insert(spec: TaskSpec, sinks: Sinks, rows: pa.Table, inserted: Counter[str]
         effect = spec.clauses[int(clause)]
         picked = rows.filter(pa.array(clauses == clause))
         values = regenerate(
-            _new_rows(spec, picked), spec.table.spec.constraints.generated, effect.assigned, insert=True
+            _assigned(spec, picked, effect.assigned, None),
+            spec.table.spec.constraints.generated,
+            effect.assigned,
+            insert=True,
         )
         sinks.new_rows.write(values)
         sinks.write_changes(change_rows(values, CDC_TYPE_INSERT, schema))
         inserted[effect.count] += values.num_rows
 
 
-def _physical_rows(table: DmlTable, file: AddFile, live: int) -> int:
+def _physical_rows(table: DmlTable, file: AddFile) -> int:
     """The physical row count of ``file`` a deletion vector is checked against: its statistic, or
-    its Parquet footer where the statistic is missing (copying on write, where it is not used:
-    the ``live`` rows)."""
+    its Parquet footer where the statistic is missing."""
     if file.num_records is not None:
         return file.num_records
-    if not table.deletion_vectors:
-        return live
     fs, path = open_filesystem(table.reader.file_uri(file), table.conf)
     with fs.open(path, "rb") as handle:
         return int(pq.ParquetFile(handle).metadata.num_rows)

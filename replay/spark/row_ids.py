@@ -8,9 +8,10 @@ data source with options a user never sets:
   of the snapshot are read (the candidate files the driver pruned, or the touched ones);
 * :data:`COLUMNS_OPTION`: a JSON list of the table columns to read (Python data sources have no
   column pruning of their own: the columns a condition needs are read, not every column);
-* :data:`ROW_IDS_OPTION`: ``true`` adds :data:`FILE_COLUMN` (the file's path as in the log) and
-  :data:`ROW_COLUMN` (the row's physical index in the file, which a deletion vector records) to
-  every row. Rows a file's deletion vector already deletes are left out, as in any read
+* :data:`ROW_IDS_OPTION`: ``true`` adds :data:`FILE_COLUMN` (the file's position in the list of
+  :data:`FILES_OPTION`, which it needs: a small number, where the path would cost every row its
+  bytes) and :data:`ROW_COLUMN` (the row's physical index in the file, which a deletion vector
+  records) to every row. Rows a file's deletion vector already deletes are left out, as in any read
   (:func:`replay.dml.target_rows.read_target_rows`).
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import orjson
 import pyarrow as pa
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from replay.data import TableReader
 from replay.dml.target_rows import read_target_rows
@@ -34,7 +35,7 @@ COLUMNS_OPTION = "replay.dml.columns"
 ROW_IDS_OPTION = "replay.dml.rowIds"
 FILE_COLUMN = "_replay_dml_file"
 ROW_COLUMN = "_replay_dml_row"
-ROW_ID_FIELDS = (StructField(FILE_COLUMN, StringType(), True), StructField(ROW_COLUMN, LongType(), True))
+ROW_ID_FIELDS = (StructField(FILE_COLUMN, IntegerType(), True), StructField(ROW_COLUMN, LongType(), True))
 
 
 def name_list(options: Mapping[str, str], key: str) -> tuple[str, ...] | None:
@@ -70,9 +71,13 @@ def scan_schema(schema: StructType, columns: Sequence[str] | None, row_ids: bool
 
 
 def row_id_batches(
-    reader: TableReader, partition: FilesPartition, schema: StructType
+    reader: TableReader, partition: FilesPartition, schema: StructType, files: Sequence[str] | None
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of a partition's files with each row's file path and physical row index."""
+    """Arrow batches of a partition's files with each row's file (its position in ``files``, the
+    list of :data:`FILES_OPTION`) and physical row index."""
+    if files is None:
+        raise InvalidOptionError(f"The internal option '{ROW_IDS_OPTION}' needs '{FILES_OPTION}'")
+    ids = {path: position for position, path in enumerate(files)}
     target = arrow_schema(schema)
     columns = [name for name in schema.fieldNames() if name not in (FILE_COLUMN, ROW_COLUMN)]
     for read in partition.reads:
@@ -82,6 +87,8 @@ def row_id_batches(
         if rows.num_rows == 0:
             continue
         table = rows.rows.select(columns)
-        table = table.append_column(FILE_COLUMN, pa.repeat(pa.scalar(read.file.path), rows.num_rows))
+        table = table.append_column(
+            FILE_COLUMN, pa.repeat(pa.scalar(ids[read.file.path], pa.int32()), rows.num_rows)
+        )
         table = table.append_column(ROW_COLUMN, pa.array(rows.row_index, pa.int64()))
         yield from table.cast(target).to_batches()
