@@ -318,3 +318,60 @@ def test_the_api_works_over_spark_connect(tmp_path: Path) -> None:
     assert out["history"] == ["MERGE", "UPDATE", "DELETE", "WRITE"]
     assert our_rows(uri) == our_rows(python)
     assert out["numFiles"] == DeltaLog.for_table(uri).update().num_files
+
+
+def test_the_readme_uses_the_api_there_is() -> None:
+    import re
+
+    from replay.spark import DeltaMergeBuilder, DeltaOptimizeBuilder
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Changing rows from Spark\n", 1)[1].split("\n## ", 1)[0]
+    [example] = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert example.startswith("# from delta.tables import DeltaTable\nfrom replay.spark import DeltaTable\n")
+    ours = {name for cls in (SparkTable, DeltaMergeBuilder, DeltaOptimizeBuilder) for name in dir(cls)}
+    spark_api = {"alias", "show", "select"}  # DataFrame methods
+    used = set(re.findall(r"\.([A-Za-z]+)\(", example)) | set(re.findall(r"`([a-z][A-Za-z]+)\(", section))
+    assert used - ours - spark_api - {"col", "remote"} == set()
+
+
+def test_spark_connect_columns_are_written_as_sql_the_grammar_reads() -> None:
+    try:
+        from pyspark.sql.connect import functions as F  # noqa: N812 - PySpark's convention
+    except Exception as exc:  # noqa: BLE001 - the client's packages are optional
+        pytest.skip(f"Spark Connect's client packages are missing: {exc}")
+    from replay.protocol.sql import parse_expression
+    from replay.spark.sql_text import UnsupportedColumnError, sql_of
+
+    schema = pa.schema(
+        [("a", pa.int64()), ("v", pa.string()), ("d", pa.date32()), ("ts", pa.timestamp("us", "UTC"))]
+    )
+    rows = pa.table(
+        {
+            "a": pa.array([1, 5], pa.int64()),
+            "v": ["it's \\ x", "A"],
+            "d": [dt.date(2024, 1, 2), dt.date(2024, 1, 3)],
+            "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)] * 2, pa.timestamp("us", "UTC")),
+        }
+    )
+    cases = {
+        "((a IN (1, 2)) AND (NOT (v IS NULL)))": F.col("a").isin(1, 2) & ~F.col("v").isNull(),
+        "(v = 'it\\'s \\\\ x')": F.col("v") == F.lit("it's \\ x"),
+        "(d = DATE '2024-01-02')": F.col("d") == F.lit(dt.date(2024, 1, 2)),
+        "(ts < TIMESTAMP '2024-01-02 00:00:00+00:00')": F.col("ts")
+        < F.lit(dt.datetime(2024, 1, 2, tzinfo=dt.UTC)),
+        "CASE WHEN (a > 1) THEN 'x' ELSE v END": F.when(F.col("a") > 1, "x").otherwise(F.col("v")),
+        "((upper(v)) LIKE 'A%')": F.expr("upper(v)").like("A%"),
+        "CAST((a + 1) AS bigint)": (F.col("a") + 1).cast("bigint"),
+    }
+    for expected, column in cases.items():
+        text = sql_of(column, None)
+        assert text == expected
+        parse_expression(text).bind(schema).evaluate(rows)
+    assert parse_expression(sql_of(cases["(v = 'it\\'s \\\\ x')"], None)).bind(schema).evaluate(
+        rows
+    ).to_pylist() == [True, False]
+    with pytest.raises(UnsupportedColumnError, match="pass the condition or value as a SQL string"):
+        sql_of(F.udf(lambda x: x)(F.col("a")), None)
+    with pytest.raises(TypeError, match="'condition' must be a Spark SQL Column or a string"):
+        sql_of(1, None)

@@ -118,7 +118,7 @@ def _connect_sql(node: Any) -> str:
     if kind == "SQLExpression":
         return f"({node._expr})"
     if kind == "LiteralExpression":
-        return _literal(node._value)
+        return _literal(node._value, type(node._dataType).__name__)
     if kind == "ColumnAlias":
         return _connect_sql(node._child)
     if kind == "CastExpression":
@@ -156,16 +156,28 @@ def _function_sql(name: str, args: list[str], distinct: bool) -> str:
     return f"{name}({prefix}{', '.join(args)})"
 
 
-def _literal(value: object) -> str:
-    """A Python value as a SQL literal of the type Spark Connect gives it."""
+_EPOCH = _dt.datetime(1970, 1, 1)
+
+
+def _literal(value: object, data_type: str = "") -> str:
+    """A Spark Connect literal (its value as the client holds it, and its type's class name) as
+    SQL. Dates and timestamps are held as days and microseconds since the epoch."""
     if value is None:
         return "NULL"
+    if data_type == "DateType" and isinstance(value, int):
+        return f"DATE '{(_EPOCH + _dt.timedelta(days=value)).date().isoformat()}'"
+    if data_type in ("TimestampType", "TimestampNTZType") and isinstance(value, int):
+        moment = _EPOCH + _dt.timedelta(microseconds=value)
+        prefix = "TIMESTAMP" if data_type == "TimestampType" else "TIMESTAMP_NTZ"
+        zone = "+00:00" if data_type == "TimestampType" else ""
+        return f"{prefix} '{moment.isoformat(sep=' ')}{zone}'"
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     if isinstance(value, int):
-        return str(value) if -(2**31) <= value < 2**31 else f"{value}L"
+        narrow = {"ByteType": "TINYINT", "ShortType": "SMALLINT"}.get(data_type)
+        return f"CAST({value} AS {narrow})" if narrow else str(value)
     if isinstance(value, float):
-        return f"CAST('{value!r}' AS DOUBLE)"
+        return f"CAST('{value!r}' AS {'FLOAT' if data_type == 'FloatType' else 'DOUBLE'})"
     if isinstance(value, decimal.Decimal):
         return f"{value}BD"
     if isinstance(value, str):
