@@ -129,8 +129,9 @@ def _cases() -> list[Case]:
     return cases
 
 
-def _summary(uri: str) -> dict[str, Any]:
-    summary = commit_summary(uri)
+def _summary(uri: str, version: int | None = None) -> dict[str, Any]:
+    """The commit's summary (the latest one's without ``version``), the writers' layout left out."""
+    summary = commit_summary(uri, version)
     summary["operationMetrics"] = {
         k: v for k, v in summary["operationMetrics"].items() if k not in LAYOUT_METRICS
     }
@@ -209,6 +210,60 @@ def test_sources_too_large_to_broadcast_join_with_a_shuffle(
         assert our_rows(str(on_spark)) == our_rows(str(python)), case.name
         assert _summary(str(on_spark)) == _summary(str(python)), case.name
         assert our_changes(str(on_spark), 1) == our_changes(str(python), 1), case.name
+
+
+def _generated_table(path: str) -> None:
+    """A table whose ``g`` is generated as ``v * 2``, with change data."""
+    import dataclasses
+    import json
+
+    from replay import Protocol
+
+    write_table(path, pa.table({"id": [1, 2, 3], "v": [10, 20, 30], "g": [20, 40, 60]}), configuration=CDF)
+    log = DeltaLog.for_table(path)
+    snapshot = log.update()
+    schema = json.loads(snapshot.metadata.schema_string or "")
+    schema["fields"][2]["metadata"] = {"delta.generationExpression": "v * 2"}
+    metadata = dataclasses.replace(snapshot.metadata, schema_string=json.dumps(schema))
+    log.commit([Protocol(1, 4), metadata], "SET TBLPROPERTIES", read_version=snapshot.version)
+
+
+def test_generated_columns_evolution_and_default_aliases_are_the_python_dmls(
+    spark: Any, tmp_path: Path
+) -> None:
+    python, on_spark = str(tmp_path / "python"), str(tmp_path / "spark")
+    _generated_table(python)
+    shutil.copytree(python, on_spark)
+    source = pa.table({"id": pa.array([2, 9], pa.int64()), "v": pa.array([5, 7], pa.int64())})
+    DeltaTable(python).update({"v": "v + 1"}, predicate="id = 1")
+    SparkTable.forPath(spark, on_spark).update("id = 1", {"v": "v + 1"})
+    python_merge(DeltaTable(python).merge(source, "target.id = source.id"), MERGE_CASES["upsert"]).execute()
+    merged = SparkTable.forPath(spark, on_spark).merge(spark.createDataFrame(source), "target.id = source.id")
+    spark_merge(merged, MERGE_CASES["upsert"]).execute()  # no aliases: target and source
+    DeltaTable(python).delete("id = 3")
+    SparkTable.forPath(spark, on_spark).alias("t").delete("t.id = 3")
+    wider = pa.table(
+        {"id": pa.array([1, 10], pa.int64()), "v": pa.array([1, 2], pa.int64()), "extra": ["a", "b"]}
+    )
+    python_merge(
+        DeltaTable(python).merge(wider, "t.id = s.id", "s", "t", merge_schema=True), MERGE_CASES["upsert"]
+    ).execute()
+    evolving = (
+        SparkTable.forPath(spark, on_spark)
+        .alias("t")
+        .merge(spark.createDataFrame(wider).alias("s"), "t.id = s.id")
+    )
+    spark_merge(evolving.withSchemaEvolution(), MERGE_CASES["upsert"]).execute()
+    assert our_rows(on_spark) == our_rows(python)
+    assert sorted((r["id"], r["g"]) for r in our_rows(on_spark)) == [(1, 2), (2, 10), (9, 14), (10, 4)]
+    assert our_changes(on_spark, 2) == our_changes(python, 2)
+    for version in range(2, latest_version(python) + 1):
+        ours, theirs = _summary(on_spark, version), _summary(python, version)
+        if ours["operation"] == "DELETE":  # the predicate as written: with the Spark side's alias
+            assert ours["operationParameters"].pop("predicate") == '["t.id = 3"]'
+            theirs["operationParameters"].pop("predicate")
+        assert ours == theirs
+    assert DeltaLog.for_table(on_spark).update().schema == DeltaLog.for_table(python).update().schema
 
 
 # -- errors and failures ------------------------------------------------------------------------------

@@ -1,26 +1,27 @@
-"""MERGE on Spark: planned as the Python DML plans it, joined and decided by Spark in two passes
-(Delta's ``ClassicMergeExecutor``), files written by the executors, one commit on the driver.
+"""MERGE on Spark: planned as the Python DML plans it, joined and decided by Spark, files written
+by the executors, one commit on the driver.
 
 1. *Plan* (driver): the source is materialized once (``localCheckpoint``, with a row id), so
-   both passes see the same rows; the ON condition and the clauses are bound by
+   every pass sees the same rows; the ON condition and the clauses are bound by
    :func:`replay.dml.merge.bind_merge` (errors, schema evolution, the table's checks), and the
    target files to read are pruned by :func:`replay.dml.merge.merge_pruning`: the condition's
    target-only part and the ranges of the source's join keys (collected from Spark when the
    source has at most :data:`KEY_RANGE_ROWS` rows).
-2. *Insert-only merge*: one pass, a left anti join of the source with the key columns of the
-   candidate files; the NOT MATCHED clauses decide what is inserted.
-3. *Pass 1, touched files*: the candidate files' condition and clause columns are joined with the
-   source (inner; left outer with NOT MATCHED BY SOURCE clauses); per file Spark finds whether a
-   row changes and whether a target row matched several source rows, which fails the MERGE with
-   ``DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE`` unless its one MATCHED clause is an
-   unconditional delete (the Python DML's rule).
-4. *Pass 2, rewrite*: only the touched files (every file with a matched row when there are insert
-   clauses, so that a matched source row is never inserted) are read whole and joined with the
-   source (full, left, right or inner: the target side is kept copying on write or with NOT
-   MATCHED BY SOURCE clauses, the source side with insert clauses); the first clause that holds
-   decides each row and Spark computes the new values; the tasks write the files
-   (:mod:`replay.spark.dml_tasks`).
-5. *Commit* (driver): :func:`replay.dml.merge_commit.finish_merge`, as the Python DML commits.
+2. *Pass 1, decisions*: the candidate files are read with only the columns the condition and the
+   clauses read (and each row's file and row index) and joined with the source: inner, left outer
+   with NOT MATCHED BY SOURCE clauses; the source is broadcast up to :data:`BROADCAST_ROWS` rows,
+   so the join streams the target files in their order. For every target row a source row
+   matches, or a clause changes, Spark computes the first clause whose condition holds, its
+   action and values; these few rows are materialized. A target row several source rows match
+   fails the MERGE with ``DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE`` unless its one
+   MATCHED clause is an unconditional delete (the Python DML's rule), before anything is written.
+3. *Pass 2, rewrite*: the changed rows go to tasks that own their files (the tasks that read them
+   with a broadcast source; partitioned by file otherwise), and each task writes its files' new
+   state, reading the rest of each file itself (:mod:`replay.spark.dml_tasks`): only touched
+   files are read again. The source rows no target row matched (a left anti join with the
+   matched row ids) go through the NOT MATCHED clauses to tasks that insert them. An insert-only
+   MERGE reads the candidate files' key columns for the matched ids and only inserts.
+4. *Commit* (driver): :func:`replay.dml.merge_commit.finish_merge`, as the Python DML commits.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ KEY_RANGE_ROWS = 1_000_000
 files by the keys' ranges; larger ones prune by the condition's target-only part alone."""
 BROADCAST_ROWS = 1_000_000
 """Sources with at most this many rows are broadcast: the joins stream the target files, whose
-rows stay in the tasks that read them (no shuffle of the target); larger sources are joined
-with a shuffle of both sides."""
+changed rows stay in the tasks that read them; larger sources are joined with a shuffle, and the
+changed rows are partitioned by file for the writing tasks."""
 INSERT_ROWS_PER_TASK = 1_000_000
 """Rows to insert are spread over ``ceil(source rows / this)`` tasks (each writes its own files)."""
 SOURCE_ROW = "_replay_dml_source_row"
@@ -192,95 +193,75 @@ class _SparkMerge:
         return TaskSpec(self.plan.table, [files[path] for path in file_ids(files)], self.effects)
 
     def run(self, version: int, files: dict[str, Any], source_rows: int) -> Changes:
-        """Pass 1 and pass 2 (or the insert-only pass): what the tasks wrote."""
+        """The passes (see the module docstring): what the tasks wrote."""
         spark = self.target.spark
-        inserts = bool(self._clauses(NOT_MATCHED))
+        spec = self._spec(files)
         if self.plan.insert_only:
-            if not self.broadcast:
-                frame = self._inserts(self.source.join(self._keys(version, files), self.on, "left_anti"))
-                return run_changes(spark, frame, self._spec({}), spread=self._spread(source_rows))
-            matched = self._matched_source_rows(self._keys(version, files))
-            frame = self._unmatched(matched).coalesce(_buckets(source_rows))
-            return run_changes(spark, frame, self._spec({}), shuffle=False)
-        touched, matched = self.touched_files(version, files)
-        spec = self._spec({path: files[path] for path in touched})
-        if not self.broadcast:
-            spread = self._spread(source_rows) if inserts else None
-            return run_changes(spark, self.changes(version, touched), spec, spread=spread)
-        changes = run_changes(spark, self.target_changes(version, touched), spec, shuffle=False)
-        if matched is not None:
-            frame = self._unmatched(matched).coalesce(_buckets(source_rows))
+            rows = self._joined(self.target.scan(version, files, self.plan.scan_columns()), "inner")
+            matched = rows.select(SOURCE_ROW).distinct()
+            return run_changes(spark, self._unmatched(matched, source_rows), spec, shuffle=False)
+        decisions = self._decisions(version, files)
+        self._check_matches(decisions)
+        F = functions()  # noqa: N806 - PySpark's convention
+        changed = decisions.filter(F.col(CLAUSE_COLUMN).isNotNull()).drop(SOURCE_ROW)
+        changes = run_changes(spark, changed, spec, shuffle=not self.broadcast)
+        if self._clauses(NOT_MATCHED):
+            matched = decisions.filter(F.col(SOURCE_ROW).isNotNull()).select(SOURCE_ROW).distinct()
             with discard_on_failure(changes):
-                changes.extend(run_changes(spark, frame, spec, shuffle=False))
+                changes.extend(run_changes(spark, self._unmatched(matched, source_rows), spec, shuffle=False))
         return changes
 
-    def _spread(self, source_rows: int) -> Any:
+    def _decisions(self, version: int, files: dict[str, Any]) -> Any:
+        """Pass 1: the candidate files' deciding columns joined with the source (inner; left
+        outer with NOT MATCHED BY SOURCE clauses); for every matched or changed target row its
+        clause (null: none applies), action, values and the source row it matched, materialized.
+        With a broadcast source the rows keep the order of their files."""
         F = functions()  # noqa: N806 - PySpark's convention
-        return (-1 - F.pmod(F.col(SOURCE_ROW), F.lit(_buckets(source_rows)))).cast("int")
+        how = "left" if self._clauses(NOT_MATCHED_BY_SOURCE) else "inner"
+        joined = self._joined(self.target.scan(version, files, self._read_columns()), how)
+        matched = F.col(SOURCE_PRESENT).isNotNull()
+        clause = F.when(matched, first_clause(self._clauses(MATCHED))).otherwise(
+            first_clause(self._clauses(NOT_MATCHED_BY_SOURCE))
+        )
+        rows = joined.withColumn(CLAUSE_COLUMN, clause).filter(matched | F.col(CLAUSE_COLUMN).isNotNull())
+        source_row = F.when(matched, F.col(SOURCE_ROW)).alias(SOURCE_ROW)
+        return rows.select(
+            *decided(self._action(), F.col(CLAUSE_COLUMN), self._new_values()), source_row
+        ).localCheckpoint(eager=True)
 
-    def _keys(self, version: int, files: dict[str, Any]) -> Any:
-        return self.target.scan(version, files, self.plan.scan_columns())
-
-    def _matched_source_rows(self, rows: Any) -> Any:
-        """The ids of the source rows that a target row of ``rows`` matches."""
-        return self._joined(rows, "inner").select(SOURCE_ROW).distinct()
-
-    def _unmatched(self, matched: Any) -> Any:
-        """The source rows to insert: not in ``matched`` (source row ids), decided by the NOT
-        MATCHED clauses."""
-        return self._inserts(self.source.join(matched, SOURCE_ROW, "left_anti"))
-
-    def _inserts(self, unmatched: Any) -> Any:
+    def _check_matches(self, decisions: Any) -> None:
+        """Delta's error for a target row several source rows match (unless the one MATCHED clause
+        is an unconditional delete)."""
+        if self.plan.only_unconditional_delete:
+            return
         F = functions()  # noqa: N806 - PySpark's convention
+        matched = decisions.filter(F.col(SOURCE_ROW).isNotNull())
+        if matched.groupBy(FILE_COLUMN, ROW_COLUMN).count().filter(F.col("count") > 1).limit(1).collect():
+            raise multiple_source_rows_error(self.plan.table.table_path)
+
+    def _action(self) -> Any:
+        F = functions()  # noqa: N806 - PySpark's convention
+        action: Any = F.lit(None).cast("int")
+        for index, effect in enumerate(self.effects):
+            action = F.when(F.col(CLAUSE_COLUMN) == index, F.lit(effect.action)).otherwise(action)
+        return action
+
+    def _unmatched(self, matched: Any, source_rows: int) -> Any:
+        """The rows to insert: the source rows whose ids are not in ``matched``, decided by the NOT
+        MATCHED clauses, in as many tasks as :data:`INSERT_ROWS_PER_TASK` asks."""
+        F = functions()  # noqa: N806 - PySpark's convention
+        unmatched = self.source.join(matched, SOURCE_ROW, "left_anti")
         rows = (
             unmatched.withColumn(CLAUSE_COLUMN, first_clause(self._clauses(NOT_MATCHED)))
             .filter(F.col(CLAUSE_COLUMN).isNotNull())
             .withColumn(FILE_COLUMN, F.lit(None).cast("int"))
             .withColumn(ROW_COLUMN, F.lit(None).cast("long"))
         )
-        return rows.select(*decided(F.lit(INSERT), F.col(CLAUSE_COLUMN), self._new_values(NOT_MATCHED)))
-
-    def touched_files(self, version: int, files: dict[str, Any]) -> tuple[list[str], Any | None]:
-        """Pass 1: the candidate files with a row that changes (with insert clauses: or that a
-        source row matches), and, with insert clauses and a broadcast source, the ids of the source
-        rows some target row matches (materialized); fails on a target row several source rows
-        match."""
-        F = functions()  # noqa: N806 - PySpark's convention
-        by_source = bool(self._clauses(NOT_MATCHED_BY_SOURCE))
-        inserts = bool(self._clauses(NOT_MATCHED))
-        joined = self._joined(self._keys(version, files), "left" if by_source else "inner")
-        matched = F.col(SOURCE_PRESENT).isNotNull()
-        changes = F.when(matched, first_clause(self._clauses(MATCHED)).isNotNull()).otherwise(
-            first_clause(self._clauses(NOT_MATCHED_BY_SOURCE)).isNotNull()
-        )
-        pairs = joined.select(
-            F.col(FILE_COLUMN),
-            F.col(ROW_COLUMN),
-            F.when(matched, F.col(SOURCE_ROW)).alias(SOURCE_ROW),
-            changes.cast("int").alias("changes"),
-        )
-        if inserts and self.broadcast:
-            pairs = pairs.localCheckpoint(eager=True)
-        per_row = pairs.groupBy(FILE_COLUMN, ROW_COLUMN).agg(
-            F.count(SOURCE_ROW).alias("matches"), F.max("changes").alias("changes")
-        )
-        per_file = per_row.groupBy(FILE_COLUMN).agg(
-            F.max("matches").alias("matches"), F.max("changes").alias("changes")
-        )
-        paths = file_ids(files)
-        touched = []
-        for file_id, matches, changed in per_file.collect():
-            if (matches or 0) > 1 and not self.plan.only_unconditional_delete:
-                raise multiple_source_rows_error(self.plan.table.table_path)
-            if changed or (inserts and (matches or 0) > 0):
-                touched.append(paths[file_id])
-        source_rows = None
-        if inserts and self.broadcast:
-            source_rows = pairs.filter(F.col(SOURCE_ROW).isNotNull()).select(SOURCE_ROW).distinct()
-        return sorted(touched), source_rows
+        selected = rows.select(*decided(F.lit(INSERT), F.col(CLAUSE_COLUMN), self._new_values(NOT_MATCHED)))
+        return selected.coalesce(_buckets(source_rows))
 
     def _read_columns(self) -> list[str]:
-        """The target columns pass 2 reads: the ON condition's, and those the MATCHED and NOT
+        """The target columns pass 1 reads: the ON condition's, and those the MATCHED and NOT
         MATCHED BY SOURCE clauses' conditions and values read."""
         columns = self.plan.scan_columns()
         for clause in self.plan.clauses:
@@ -288,44 +269,6 @@ class _SparkMerge:
                 for value in clause.assignments.values():
                     columns += value.bound.columns(self.target.alias)
         return list(dict.fromkeys(columns))
-
-    def _decide(self, joined: Any) -> Any:
-        """The changed rows and the rows to insert, each with its clause, action and values."""
-        F = functions()  # noqa: N806 - PySpark's convention
-        has_target = F.col(FILE_COLUMN).isNotNull()
-        matched = has_target & F.col(SOURCE_PRESENT).isNotNull()
-        clause = (
-            F.when(matched, first_clause(self._clauses(MATCHED)))
-            .when(has_target, first_clause(self._clauses(NOT_MATCHED_BY_SOURCE)))
-            .otherwise(first_clause(self._clauses(NOT_MATCHED)))
-        )
-        action: Any = None
-        for index, effect in enumerate(self.effects):
-            test = F.col(CLAUSE_COLUMN) == index
-            action = (
-                F.when(test, F.lit(effect.action))
-                if action is None
-                else action.when(test, F.lit(effect.action))
-            )
-        rows = joined.withColumn(CLAUSE_COLUMN, clause).filter(F.col(CLAUSE_COLUMN).isNotNull())
-        return rows.select(*decided(action, F.col(CLAUSE_COLUMN), self._new_values()))
-
-    def target_changes(self, version: int, touched: list[str]) -> Any:
-        """Pass 2 with a broadcast source: the changed rows of the touched files, in the order of
-        their files (the join streams them)."""
-        how = "left" if self._clauses(NOT_MATCHED_BY_SOURCE) else "inner"
-        return self._decide(self._joined(self.target.scan(version, touched, self._read_columns()), how))
-
-    def changes(self, version: int, touched: list[str]) -> Any:
-        """Pass 2 with a shuffle: the changed rows of the touched files and the rows to insert (the
-        source side of the join kept with insert clauses)."""
-        keep_target = bool(self._clauses(NOT_MATCHED_BY_SOURCE))
-        keep_source = bool(self._clauses(NOT_MATCHED))
-        how = {(True, True): "full", (True, False): "left", (False, True): "right"}.get(
-            (keep_target, keep_source), "inner"
-        )
-        rows = self.target.scan(version, touched, self._read_columns())
-        return self._decide(rows.join(self.source, self.on, how))
 
     def _new_values(self, kind: str | None = None) -> list[Any]:
         """Each column of the table after the MERGE: the value the deciding update or insert
