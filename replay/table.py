@@ -25,6 +25,7 @@ import pyarrow as pa
 from logstores.conf import ConfLike
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
+from replay.maintenance.optimize import TableOptimizer
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.schema import StructType
 from replay.protocol.timestamps import Timestamp
@@ -164,3 +165,10 @@ class DeltaTable:
     # -- row-level changes (replay.dml) -----------------------------------------------------------
 
     # -- maintenance (replay.maintenance) ---------------------------------------------------------
+
+    # compaction, Z-order, deletion-vector purge (replay.maintenance.optimize)
+    @property
+    def optimize(self) -> TableOptimizer:
+        """delta-rs's ``TableOptimizer``: ``compact``, ``z_order``, and ``purge_deletion_vectors``
+        (Delta's ``REORG TABLE ... APPLY (PURGE)``), each from the loaded version."""
+        return TableOptimizer(lambda: self._snapshot, self._moved_to)
