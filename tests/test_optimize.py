@@ -415,3 +415,36 @@ def test_cli_optimize_prints_the_metrics(tmp_path: Path, capsys: pytest.CaptureF
     assert cli_main(["optimize", path, "--where", "id = 1"]) == 2
     assert "DELTA_NON_PARTITION_COLUMN_REFERENCE" in capsys.readouterr().err
     assert cli_main(["optimize", path, "--target-size", "lots"]) == 1
+
+
+# -- object stores -----------------------------------------------------------------------------------------
+@pytest.mark.cloud
+@pytest.mark.parametrize("service", ["s3", "gcs", "azure"])
+def test_compaction_on_object_stores(request: pytest.FixtureRequest, service: str) -> None:
+    if service == "s3":
+        conf, root = dict(request.getfixturevalue("s3_conf")), f"s3a://{request.getfixturevalue('s3_bucket')}"
+    elif service == "gcs":
+        conf, root = (
+            dict(request.getfixturevalue("gcs_conf")),
+            f"gs://{request.getfixturevalue('gcs_bucket')}",
+        )
+    else:
+        conf, root = (
+            dict(request.getfixturevalue("azure_conf")),
+            f"abfs://{request.getfixturevalue('azure_container')}",
+        )
+    path = f"{root}/table"
+    for index in range(4):
+        ids = list(range(index * 10, index * 10 + 10))
+        table = pa.table({"p": [i % 2 for i in ids], "id": ids, "text": [f"row {i}" for i in ids]})
+        write_table(path, table, partition_by=["p"], conf=conf)
+    table = DeltaTable(path, conf=conf)
+    expected = sorted(table.to_pyarrow_table()["id"].to_pylist())
+    metrics = table.optimize.compact(max_concurrent_tasks=2)
+    assert (metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (8, 2)
+    assert table.version() == 4 and len(table.files()) == 2
+    assert sorted(DeltaTable(path, conf=conf).to_pyarrow_table()["id"].to_pylist()) == expected
+    assert DeltaTable(path, conf=conf).history(1)[0]["operation"] == "OPTIMIZE"
+    metrics = table.optimize.z_order(["id"])
+    assert (metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (2, 2)
+    assert sorted(DeltaTable(path, conf=conf).to_pyarrow_table()["id"].to_pylist()) == expected

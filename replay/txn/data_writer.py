@@ -131,6 +131,9 @@ class FileWriteSpec:
     max_records_per_file: int | None = None
     replace_where: str | None = None
     not_null: tuple[str, ...] = ()
+    dictionary_columns: tuple[str, ...] | None = None
+    """The columns Parquet dictionary-encodes (``None``: every column, pyarrow's default, which
+    falls back to plain encoding once a column's dictionary grows too large)."""
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -212,6 +215,9 @@ class _OpenFile:
         self._fs = fs
         self._schema = spec.data_schema
         self._stats = StatisticsCollector(self._schema, spec.num_indexed_cols, spec.string_prefix_length)
+        self._dictionary: bool | list[str] = (
+            True if spec.dictionary_columns is None else list(spec.dictionary_columns)
+        )
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0
         self._buffered_bytes = 0
@@ -235,7 +241,9 @@ class _OpenFile:
         else:
             self._fs.makedirs(parent, exist_ok=True)
             self._handle = where = self._fs.open(self.target, "wb")
-        return pq.ParquetWriter(where, self._schema, compression="snappy", write_statistics=True)
+        return pq.ParquetWriter(
+            where, self._schema, compression="snappy", write_statistics=True, use_dictionary=self._dictionary
+        )
 
     @property
     def buffered_bytes(self) -> int:
