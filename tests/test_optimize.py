@@ -13,6 +13,7 @@ from pathlib import Path
 import deltalake
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -448,3 +449,27 @@ def test_compaction_on_object_stores(request: pytest.FixtureRequest, service: st
     metrics = table.optimize.z_order(["id"])
     assert (metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (2, 2)
     assert sorted(DeltaTable(path, conf=conf).to_pyarrow_table()["id"].to_pylist()) == expected
+
+
+def test_partition_filters_select_partitions_exactly(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
+        for when in (0, 1):
+            for _ in range(2):
+                stamps = pa.array([when] * 3, pa.int64()).cast(pa.timestamp("us"))
+                table = pa.table({"day": [day] * 3, "when": stamps, "id": range(3)})
+                write_table(path, table, partition_by=["day", "when"])
+    table = DeltaTable(path)
+    metrics = table.optimize.compact(partition_filters="day >= '2024-01-02' and when > '1970-01-01 00:00:00'")
+    assert (metrics["totalConsideredFiles"], metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (
+        4,
+        4,
+        2,
+    )
+    counts = Counter((a.partition_values["day"], a.partition_values["when"]) for a in table.snapshot.files())
+    assert sorted(key for key, count in counts.items() if count == 1) == [
+        ("2024-01-02", "1970-01-01 00:00:00.000001"),
+        ("2024-01-03", "1970-01-01 00:00:00.000001"),
+    ]
+    with pytest.raises(OptimizeArgumentError, match="Cannot tell which partitions"):
+        table.optimize.compact(partition_filters=pc.field("day").cast(pa.int32()) > 3)

@@ -187,3 +187,26 @@ def test_z_order_column_checks(tmp_path: Path) -> None:
         DeltaTable(path, conf=relaxed).optimize.z_order(["tags"])
     with pytest.raises(ZOrderColumnError, match="at least one column"):
         optimizer.z_order([])
+
+
+def test_z_order_leaves_out_rows_deleted_by_deletion_vectors(tmp_path: Path) -> None:
+    from replay.data.deletion_vector_writer import DeletionVectorWriter
+
+    path = str(tmp_path / "t")
+    for index in range(3):
+        ids = list(range(index * 10, index * 10 + 10))
+        write_table(
+            path, pa.table({"id": ids, "v": ids}), configuration={"delta.enableDeletionVectors": "true"}
+        )
+    log = DeltaLog.for_table(path)
+    snapshot = log.update()
+    with DeletionVectorWriter.for_table(path, snapshot.metadata.configuration) as writer:
+        actions = [a for f in snapshot.files() for a in writer.update(f, [0, 1]).actions()]
+    log.commit(actions, operation="DELETE", read_version=snapshot.version)
+    expected = sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist())
+    assert len(expected) == 24
+    metrics = DeltaTable(path).optimize.z_order(["v"])
+    assert (metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (3, 1)
+    files = DeltaLog.for_table(path).update().files()
+    assert files[0].deletion_vector is None and files[0].num_records == 24
+    assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == expected

@@ -89,11 +89,13 @@ def _max_partitions(conf: Mapping[str, str]) -> int:
 def auto_compact_hook(committed: CommittedVersion) -> dict[str, object] | None:
     """The hook: compact the partitions the commit wrote to when they hold enough small files;
     deltalake's metrics dict of the compaction, or ``None`` when there was none."""
+    conf = committed.io.conf
     if committed.operation in (OPTIMIZE_OPERATION, REORG_OPERATION):
         return None
+    if not auto_compact_enabled(committed.config, conf):
+        return None
     written = written_partitions(committed.actions)
-    conf = committed.io.conf
-    if not written or not auto_compact_enabled(committed.config, conf):
+    if not written:
         return None
     snapshot = committed.snapshot
     limits = CompactionLimits.for_run(OptimizeMode.AUTO, snapshot.config, conf)

@@ -24,18 +24,21 @@ the table (a refused commit, a failed rewrite); never when the outcome of a comm
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+
+import pyarrow as pa
 
 from logstores.filesystem import uri_scheme
 from replay.log.concurrency import Work, default_threads, executor
 from replay.log.table_io import TableIO
-from replay.maintenance.optimize_metrics import OptimizeMetrics, operation_metrics
+from replay.maintenance.optimize_metrics import OptimizeMetrics, operation_metrics, predicate_sql
 from replay.maintenance.optimize_plan import (
     Bin,
     CompactionLimits,
@@ -56,22 +59,17 @@ from replay.protocol.arrow_actions import add_actions
 from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import (
     TRUE,
-    And,
-    Compare,
-    In,
-    IsNull,
-    Not,
-    Or,
     Predicate,
-    StartsWith,
     column_name,
     columns_of,
+    has_opaque,
 )
 from replay.protocol.sql_predicate import parse_predicate
-from replay.state.pruning import prune
+from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
 from replay.txn.transaction import CommitOutcome, Transaction
+from replay.txn.write_plan import partitions_matching
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +121,12 @@ def partition_predicate(filters: PartitionFilter | None, snapshot: Snapshot) -> 
     else:
         predicate, _ = read_predicate(filters, snapshot.metadata.arrow_schema)
         texts = [] if predicate == TRUE else [predicate_sql(predicate)]
+    if has_opaque(predicate):
+        raise OptimizeArgumentError(
+            f"Cannot tell which partitions the filter {filters!r} selects: use DNF tuples, SQL text or "
+            "a simple pyarrow expression on partition columns",
+            table=snapshot.table_path,
+        )
     partitions = list(snapshot.partition_columns)
     lowered = {name.lower() for name in partitions}
     for path in sorted(columns_of(predicate)):
@@ -136,35 +140,17 @@ def partition_predicate(filters: PartitionFilter | None, snapshot: Snapshot) -> 
     return predicate, texts
 
 
-def _literal(value: object) -> str:
-    if isinstance(value, str):
-        return "'" + value.replace("'", "\\'") + "'"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    as_py = getattr(value, "as_py", None)
-    return _literal(as_py()) if callable(as_py) else str(value)
-
-
-def predicate_sql(predicate: Predicate) -> str:
-    """SQL text of a predicate, for ``commitInfo`` (not parsed back)."""
-    if isinstance(predicate, Compare):
-        return f"{column_name(predicate.column)} {predicate.op} {_literal(predicate.value)}"
-    if isinstance(predicate, In):
-        values = ", ".join(_literal(v) for v in predicate.values)
-        return f"{column_name(predicate.column)} {'NOT IN' if predicate.negated else 'IN'} ({values})"
-    if isinstance(predicate, IsNull):
-        return f"{column_name(predicate.column)} IS {'NOT NULL' if predicate.negated else 'NULL'}"
-    if isinstance(predicate, StartsWith):
-        return f"{column_name(predicate.column)} LIKE {_literal(predicate.prefix + '%')}"
-    if isinstance(predicate, And | Or):
-        joiner = " AND " if isinstance(predicate, And) else " OR "
-        if not predicate.children:
-            return "true" if isinstance(predicate, And) else "false"
-        parts = [predicate_sql(child) for child in predicate.children]
-        return parts[0] if len(parts) == 1 else "(" + joiner.join(parts) + ")"
-    if isinstance(predicate, Not):
-        return f"NOT ({predicate_sql(predicate.child)})"
-    return str(predicate)
+def selected_files(snapshot: Snapshot, predicate: Predicate) -> pa.Table:
+    """The active files of the partitions ``predicate`` (on partition columns) selects, exactly."""
+    files = snapshot.files_table()
+    if predicate == TRUE:
+        return files
+    files = prune(files, predicate, snapshot.config)
+    if files.num_rows == 0 or decided_by_partition_values(files, predicate, snapshot.config):
+        return files
+    matches = partitions_matching(predicate, snapshot.metadata)
+    values = files.column("partition_values").to_pylist()
+    return files.filter(pa.array([matches(dict(pairs or [])) for pairs in values], pa.bool_()))
 
 
 def plan_optimize(
@@ -187,9 +173,7 @@ def plan_optimize(
     check_rewritable(snapshot)
     io = snapshot.io
     predicate, texts = partition_predicate(partition_filters, snapshot)
-    files = snapshot.files_table()
-    if predicate != TRUE:
-        files = prune(files, predicate, snapshot.config)
+    files = selected_files(snapshot, predicate)
     limits = limits or CompactionLimits.for_run(mode, snapshot.config, io.conf, target_size)
     columns: list[str] = []
     if mode is OptimizeMode.ZORDER:
@@ -259,7 +243,7 @@ def _rewrite_in_order(
     bins: Sequence[Bin],
     threads: int,
     cleanup: Callable[[RewrittenBin], None],
-) -> Iterator[RewrittenBin]:
+) -> Generator[RewrittenBin, None, None]:
     """``map(rewrite, bins)`` in order on the rewrite pool, ``threads`` bins in flight. If the
     consumer stops early or a bin fails, bins still running are waited for and ``cleanup`` gets
     each that finished (their files must not be left behind)."""
@@ -291,6 +275,11 @@ def _rewrite_in_order(
             cleanup(finished)
 
 
+def _check_tasks(max_concurrent_tasks: int | None) -> None:
+    if max_concurrent_tasks is not None and max_concurrent_tasks < 1:
+        raise OptimizeArgumentError(f"max_concurrent_tasks must be at least 1, got {max_concurrent_tasks}")
+
+
 def run_job(
     io: TableIO,
     snapshot: Snapshot,
@@ -301,8 +290,7 @@ def run_job(
 ) -> OptimizeResult:
     """Rewrite the job's bins and commit them (see the module docstring)."""
     interval = interval_seconds(min_commit_interval)
-    if max_concurrent_tasks is not None and max_concurrent_tasks < 1:
-        raise OptimizeArgumentError(f"max_concurrent_tasks must be at least 1, got {max_concurrent_tasks}")
+    _check_tasks(max_concurrent_tasks)
     threads = max_concurrent_tasks or default_threads(Work.REWRITE, uri_scheme(io.table_path) in ("", "file"))
     metrics = OptimizeMetrics.for_plan(job.plan)
     waiting: list[RewrittenBin] = []
@@ -321,12 +309,15 @@ def run_job(
         discard_rewritten(io, [finished])
 
     try:
-        for rewritten in _rewrite_in_order(job.rewriter.rewrite, job.plan.bins, threads, discard):
-            waiting.append(rewritten)
-            if interval is not None and time.monotonic() - last_commit >= interval:
-                batch, waiting = waiting, []
-                commit(batch)
-                last_commit = time.monotonic()
+        with contextlib.closing(
+            _rewrite_in_order(job.rewriter.rewrite, job.plan.bins, threads, discard)
+        ) as done:
+            for rewritten in done:
+                waiting.append(rewritten)
+                if interval is not None and time.monotonic() - last_commit >= interval:
+                    batch, waiting = waiting, []
+                    commit(batch)
+                    last_commit = time.monotonic()
         batch, waiting = waiting, []
         if batch:
             commit(batch)
@@ -348,6 +339,7 @@ def optimize(
 ) -> OptimizeResult:
     """Plan and run an OPTIMIZE of ``snapshot``'s table (see :func:`plan_optimize`, :func:`run_job`)."""
     interval_seconds(min_commit_interval)  # refused before any work
+    _check_tasks(max_concurrent_tasks)
     job = plan_optimize(
         snapshot,
         mode,
@@ -377,8 +369,7 @@ class TableOptimizer:
         self._snapshot = snapshot
         self._moved_to = moved_to
 
-    def _run(self, mode: OptimizeMode, **arguments: object) -> dict[str, object]:
-        result = optimize(self._snapshot(), mode, **arguments)  # type: ignore[arg-type]
+    def _finish(self, result: OptimizeResult) -> dict[str, object]:
         self._moved_to(result.version)
         return result.metrics
 
@@ -390,12 +381,15 @@ class TableOptimizer:
         min_commit_interval: Interval | None = None,
     ) -> dict[str, object]:
         """Compact small files into files of about ``target_size`` bytes (Delta's ``OPTIMIZE``)."""
-        return self._run(
-            OptimizeMode.COMPACT,
-            partition_filters=partition_filters,
-            target_size=target_size,
-            max_concurrent_tasks=max_concurrent_tasks,
-            min_commit_interval=min_commit_interval,
+        return self._finish(
+            optimize(
+                self._snapshot(),
+                OptimizeMode.COMPACT,
+                partition_filters=partition_filters,
+                target_size=target_size,
+                max_concurrent_tasks=max_concurrent_tasks,
+                min_commit_interval=min_commit_interval,
+            )
         )
 
     def z_order(
@@ -408,13 +402,16 @@ class TableOptimizer:
     ) -> dict[str, object]:
         """Rewrite every file of the selected partitions clustered along the Z-curve of ``columns``
         (Delta's ``OPTIMIZE ... ZORDER BY``)."""
-        return self._run(
-            OptimizeMode.ZORDER,
-            zorder_columns=list(columns),
-            partition_filters=partition_filters,
-            target_size=target_size,
-            max_concurrent_tasks=max_concurrent_tasks,
-            min_commit_interval=min_commit_interval,
+        return self._finish(
+            optimize(
+                self._snapshot(),
+                OptimizeMode.ZORDER,
+                zorder_columns=list(columns),
+                partition_filters=partition_filters,
+                target_size=target_size,
+                max_concurrent_tasks=max_concurrent_tasks,
+                min_commit_interval=min_commit_interval,
+            )
         )
 
     def purge_deletion_vectors(
@@ -426,12 +423,15 @@ class TableOptimizer:
     ) -> dict[str, object]:
         """Rewrite the files that have deleted rows without them, so no deletion vector is left
         (Delta's ``REORG TABLE ... APPLY (PURGE)``; recorded as operation ``REORG``)."""
-        return self._run(
-            OptimizeMode.PURGE,
-            partition_filters=partition_filters,
-            target_size=target_size,
-            max_concurrent_tasks=max_concurrent_tasks,
-            min_commit_interval=min_commit_interval,
+        return self._finish(
+            optimize(
+                self._snapshot(),
+                OptimizeMode.PURGE,
+                partition_filters=partition_filters,
+                target_size=target_size,
+                max_concurrent_tasks=max_concurrent_tasks,
+                min_commit_interval=min_commit_interval,
+            )
         )
 
 

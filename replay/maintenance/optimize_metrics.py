@@ -1,4 +1,5 @@
-"""What an OPTIMIZE run reports: delta-rs's metrics dict, and Delta's ``operationMetrics``.
+"""What an OPTIMIZE run reports: delta-rs's metrics dict, Delta's ``operationMetrics``, and the
+text of its partition predicate for ``operationParameters``.
 
 :class:`OptimizeMetrics` adds up a run (one or several commits) and gives it back as the dict
 ``deltalake.DeltaTable.optimize.compact()`` returns (deltalake 1.6.6's keys, ``filesAdded`` and
@@ -17,6 +18,18 @@ import orjson
 
 from replay.maintenance.optimize_plan import OptimizeMode, OptimizePlan
 from replay.maintenance.optimize_rewrite import RewrittenBin
+from replay.protocol.predicates import (
+    And,
+    Compare,
+    CompareColumns,
+    In,
+    IsNull,
+    Not,
+    Or,
+    Predicate,
+    StartsWith,
+    column_name,
+)
 
 PLANNER_STRATEGIES = {
     OptimizeMode.COMPACT: "preserveLocality",
@@ -126,3 +139,36 @@ def operation_metrics(rewritten: Sequence[RewrittenBin]) -> dict[str, int]:
         }
     metrics["numDeletionVectorsRemoved"] = sum(len(each.bin.deletion_vectors) for each in rewritten)
     return metrics
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "\\'") + "'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    as_py = getattr(value, "as_py", None)
+    return _literal(as_py()) if callable(as_py) else str(value)
+
+
+def predicate_sql(predicate: Predicate) -> str:
+    """SQL text of a predicate, for ``commitInfo`` (not parsed back)."""
+    if isinstance(predicate, Compare):
+        return f"{column_name(predicate.column)} {predicate.op} {_literal(predicate.value)}"
+    if isinstance(predicate, In):
+        values = ", ".join(_literal(v) for v in predicate.values)
+        return f"{column_name(predicate.column)} {'NOT IN' if predicate.negated else 'IN'} ({values})"
+    if isinstance(predicate, IsNull):
+        return f"{column_name(predicate.column)} IS {'NOT NULL' if predicate.negated else 'NULL'}"
+    if isinstance(predicate, StartsWith):
+        return f"{column_name(predicate.column)} LIKE {_literal(predicate.prefix + '%')}"
+    if isinstance(predicate, And | Or):
+        joiner = " AND " if isinstance(predicate, And) else " OR "
+        if not predicate.children:
+            return "true" if isinstance(predicate, And) else "false"
+        parts = [predicate_sql(child) for child in predicate.children]
+        return parts[0] if len(parts) == 1 else "(" + joiner.join(parts) + ")"
+    if isinstance(predicate, Not):
+        return f"NOT ({predicate_sql(predicate.child)})"
+    if isinstance(predicate, CompareColumns):
+        return f"{column_name(predicate.left)} {predicate.op} {column_name(predicate.right)}"
+    return predicate.text
