@@ -16,12 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from replay import DeltaLog, DeltaTable, table_changes, write_table
+from replay import AddFile, DeletionVectorDescriptor, DeltaLog, DeltaTable, table_changes, write_table
 from replay.cli.main import main as cli_main
 from replay.data.deletion_vector_writer import DeletionVectorWriter
 from replay.maintenance.optimize import OptimizeArgumentError, OptimizeMode, plan_optimize, run_job
-from replay.maintenance.optimize_plan import InvalidOptimizeSettingError
+from replay.maintenance.optimize_plan import CompactionLimits, InvalidOptimizeSettingError, plan_bins
 from replay.maintenance.optimize_rewrite import write_spec
 from replay.protocol.errors import (
     ConcurrentDeleteReadException,
@@ -473,3 +475,47 @@ def test_partition_filters_select_partitions_exactly(tmp_path: Path) -> None:
     ]
     with pytest.raises(OptimizeArgumentError, match="Cannot tell which partitions"):
         table.optimize.compact(partition_filters=pc.field("day").cast(pa.int32()) > 3)
+
+
+# -- the planner, on many inputs ----------------------------------------------------------------------------
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", None]), st.integers(1, 120), st.booleans(), st.integers(0, 3)),
+        max_size=40,
+    ),
+    st.integers(20, 150),
+)
+def test_compaction_bins_follow_deltas_rules(
+    specs: list[tuple[str | None, int, bool, int]], target: int
+) -> None:
+    files = []
+    for index, (part, size, has_dv, deleted) in enumerate(specs):
+        dv = (
+            DeletionVectorDescriptor(storage_type="i", path_or_inline_dv="x", cardinality=deleted)
+            if has_dv
+            else None
+        )
+        stats = json.dumps({"numRecords": 10})
+        files.append(AddFile(f"f{index}", {"p": part}, size, index, True, stats, deletion_vector=dv))
+    limits = CompactionLimits(max_file_size=target, min_file_size=target)
+    plan = plan_bins(files, OptimizeMode.COMPACT, limits)
+    placed = [file for each in plan.bins for file in each.files]
+    assert len(placed) == len({file.path for file in placed})  # no file twice
+    for each in plan.bins:
+        assert {file.partition_values["p"] for file in each.files} == {each.partition_values["p"]}
+        assert [f.modification_time for f in each.files] == sorted(f.modification_time for f in each.files)
+        assert len(each.files) > 1 or each.files[0].deletion_vector is not None
+        assert each.size <= target or len(each.files) == 1
+    for file in placed:  # only small files, or files with enough deleted rows
+        ratio = file.deletion_vector.cardinality / 10 if file.deletion_vector else 0
+        assert file.size < target or ratio > 0.05
+    for part in ("a", "b", None):  # candidates that fit in one target together make one bin
+        chosen = [
+            f
+            for f in files
+            if f.partition_values["p"] == part
+            and (f.size < target or (f.deletion_vector is not None and f.deletion_vector.cardinality > 0))
+        ]
+        if len(chosen) > 1 and sum(f.size for f in chosen) <= target:
+            assert [b.files for b in plan.bins if b.partition_values["p"] == part] == [tuple(chosen)]

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from logstores.filesystem import uri_scheme
 from replay.log.concurrency import Work, default_threads, executor
 from replay.log.table_io import TableIO
 from replay.maintenance.optimize_metrics import OptimizeMetrics, operation_metrics, predicate_sql
@@ -291,7 +290,7 @@ def run_job(
     """Rewrite the job's bins and commit them (see the module docstring)."""
     interval = interval_seconds(min_commit_interval)
     _check_tasks(max_concurrent_tasks)
-    threads = max_concurrent_tasks or default_threads(Work.REWRITE, uri_scheme(io.table_path) in ("", "file"))
+    threads = max_concurrent_tasks or default_threads(Work.REWRITE, io.is_local)
     metrics = OptimizeMetrics.for_plan(job.plan)
     waiting: list[RewrittenBin] = []
     last_commit = time.monotonic()
