@@ -187,37 +187,41 @@ def run_child(case: Case, uri: Path) -> dict[str, object]:
 def run_cases(
     cases: Sequence[Case], tables: dict[str, Path], workdir: Path, repeat: int
 ) -> list[dict[str, object]]:
-    """Run ``cases`` in order, ``repeat`` times each; ``tables`` maps table names to their paths and
-    gets the output of each case that copies its table (under the case's name)."""
-    results = []
-    for case in cases:
-        runs = []
-        for attempt in range(repeat):
-            source = tables[case.table]
-            target = source
+    """Run ``cases`` in order, the whole list ``repeat`` times (rounds interleave the cases, so that
+    a change of load on the machine hits every case alike); median per case. ``tables`` maps table
+    names to their paths and gets, under the case's name, the output of each case that copies its
+    table (the latest round's)."""
+    runs: dict[str, list[dict[str, object]]] = {case.name: [] for case in cases}
+    for attempt in range(repeat):
+        for case in cases:
+            target = tables[case.table]
             if case.copies_table:
                 target = workdir / f"run-{case.name}-{attempt}"
                 shutil.rmtree(target, ignore_errors=True)
-                shutil.copytree(source, target)
-            runs.append(run_child(case, target))
+                shutil.copytree(tables[case.table], target)
+            run = run_child(case, target)
+            runs[case.name].append(run)
+            print(
+                f"round {attempt + 1}, {case.name}: {run['seconds']:.2f} s, {run['cpu_seconds']:.2f} CPU s",
+                flush=True,
+            )
             if case.copies_table:
-                if attempt == repeat - 1:
-                    tables[case.name] = target
-                else:
-                    shutil.rmtree(target)
-        summary = {
-            "case": case.name,
-            "seconds": statistics.median(float(r["seconds"]) for r in runs),  # type: ignore[arg-type]
-            "cpu_seconds": statistics.median(float(r["cpu_seconds"]) for r in runs),  # type: ignore[arg-type]
-            "peak_rss_mb": max(float(r["peak_rss_mb"]) for r in runs),  # type: ignore[arg-type]
-            "result": runs[-1]["result"],
-        }
-        print(
-            f"{case.name}: {summary['seconds']:.2f} s, {summary['cpu_seconds']:.2f} CPU s, "
-            f"{summary['peak_rss_mb']:.0f} MB",
-            flush=True,
+                previous = tables.get(case.name)
+                tables[case.name] = target
+                if previous is not None and previous != target:
+                    shutil.rmtree(previous, ignore_errors=True)
+    results = []
+    for case in cases:
+        done = runs[case.name]
+        results.append(
+            {
+                "case": case.name,
+                "seconds": statistics.median(float(r["seconds"]) for r in done),  # type: ignore[arg-type]
+                "cpu_seconds": statistics.median(float(r["cpu_seconds"]) for r in done),  # type: ignore[arg-type]
+                "peak_rss_mb": max(float(r["peak_rss_mb"]) for r in done),  # type: ignore[arg-type]
+                "result": done[-1]["result"],
+            }
         )
-        results.append(summary)
     return results
 
 
