@@ -8,9 +8,9 @@ commits; the caller commits rewritten bins together (:mod:`replay.maintenance.op
 Spark front end can run :meth:`BinRewriter.rewrite` in tasks and commit on the driver.
 
 A compaction bin becomes one file. Its rows are streamed: the files are read in insertion order,
-a few at a time (:data:`CHUNK_BYTES` of input per read, :attr:`BinRewriter.read_ahead` reads in
-flight), deletion vectors applied, and each chunk goes to the Parquet writer, which buffers at
-most one row group. A bin whose rows are all deleted writes no file.
+:data:`READ_AHEAD` of them ahead on the data pool, deletion vectors applied, and handed to the
+Parquet writer about :data:`BATCH_ROWS` rows at a time; the writer buffers at most one row
+group. A bin whose rows are all deleted writes no file.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
+from logstores import open_filesystem
+from replay.data.columns import arrow_field
+from replay.data.partition_values import partition_value_array
 from replay.data.reader import TableReader
 from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
@@ -35,8 +40,10 @@ from replay.txn.data_writer import DataFileWriter, FileWriteSpec, WrittenFile, d
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 32 * 1024 * 1024
-"""Input bytes (as the log sizes them) read together; small files are read as one Arrow scan."""
+READ_AHEAD = 16
+"""Files read ahead of the one being written (in groups of four per task of the data pool)."""
+BATCH_ROWS = 128 * 1024
+"""Rows of consecutive files handed to the writer together."""
 
 
 @dataclass(frozen=True)
@@ -90,36 +97,88 @@ def table_reader(snapshot: Snapshot) -> TableReader:
     )
 
 
-def chunks(files: Sequence[AddFile], chunk_bytes: int = CHUNK_BYTES) -> list[list[AddFile]]:
-    """``files`` in order, cut into runs of about ``chunk_bytes`` (a file larger alone)."""
-    runs: list[list[AddFile]] = []
-    current: list[AddFile] = []
-    size = 0
-    for file in files:
-        if current and size + file.size > chunk_bytes:
-            runs.append(current)
-            current, size = [], 0
-        current.append(file)
-        size += file.size
-    if current:
-        runs.append(current)
-    return runs
+class _FileReads:
+    """Reads the files of a rewrite one by one, in the shape :meth:`TableReader.read_file` gives.
+
+    A local file without a deletion vector whose Parquet schema holds the requested data columns
+    under their own names and the table's exact Arrow types (the files this library, Spark and
+    delta-rs write for a table without column mapping) is opened once and its columns taken as
+    they are, partition columns added as constants. Every other file, and any file that fails to
+    read this way, goes through :meth:`TableReader.read_file` (deletion vectors, column mapping,
+    missing columns, type changes, Delta's errors naming the file).
+    """
+
+    def __init__(self, reader: TableReader, columns: Sequence[str] | None) -> None:
+        self.reader = reader
+        self.columns = columns
+        fields = reader.read_fields(columns)
+        self.schema = pa.schema([arrow_field(f).with_nullable(True) for f in fields])
+        self.data = [f for f in self.schema if f.name not in reader.partition_columns]
+        self.partition_fields = {f.name: f for f in fields if f.name in reader.partition_columns}
+        self.plain = reader.column_mapping_mode == "none"
+
+    def read(self, file: AddFile) -> pa.Table:
+        path = self._local_path(file)
+        if path is not None:
+            try:
+                table = self._read_plain(file, path)
+            except (pa.ArrowException, OSError):
+                table = None  # read_file names the file in its error, or reads it its own way
+            if table is not None:
+                return table
+        return self.reader.read_file(file, self.columns)
+
+    def _local_path(self, file: AddFile) -> str | None:
+        if not self.plain or file.deletion_vector is not None:
+            return None
+        fs, path = open_filesystem(self.reader.file_uri(file), self.reader.conf)
+        return str(path) if isinstance(fs, LocalFileSystem) else None
+
+    def _read_plain(self, file: AddFile, path: str) -> pa.Table | None:
+        parquet = pq.ParquetFile(path, pre_buffer=False)
+        stored = parquet.schema_arrow
+        for wanted in self.data:
+            index = stored.get_field_index(wanted.name)
+            if index < 0 or stored.field(index).type != wanted.type:
+                return None
+        raw = parquet.read(columns=[f.name for f in self.data], use_threads=False) if self.data else None
+        rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
+        arrays: list[pa.Array | pa.ChunkedArray] = []
+        for wanted in self.schema:
+            partition = self.partition_fields.get(wanted.name)
+            if partition is None:
+                arrays.append(raw.column(wanted.name))  # type: ignore[union-attr]
+            else:
+                value = (file.partition_values or {}).get(wanted.name)
+                arrays.append(partition_value_array(value, partition.type, rows))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
-def read_in_chunks(
+def read_in_order(
     reader: TableReader,
     files: Sequence[AddFile],
     columns: Sequence[str] | None = None,
     *,
-    read_ahead: int = 2,
-    chunk_bytes: int = CHUNK_BYTES,
+    read_ahead: int = READ_AHEAD,
+    batch_rows: int = BATCH_ROWS,
 ) -> Iterator[pa.Table]:
-    """The rows of ``files`` (deletion vectors applied), a chunk of files at a time, in order,
-    with at most ``read_ahead`` chunks read ahead."""
-    pool = executor(Work.DATA, reader.concurrency) if read_ahead > 0 else None
-    yield from prefetch(
-        pool, lambda run: reader.read_files(run, columns), chunks(files, chunk_bytes), max(read_ahead, 1)
-    )
+    """The rows of ``files`` (deletion vectors applied), in order, as tables of about
+    ``batch_rows`` rows (the files' rows together), with at most ``read_ahead`` files read ahead
+    on the data pool."""
+    reads = _FileReads(reader, columns)
+    pool = executor(Work.DATA, reader.concurrency)
+    pending: list[pa.Table] = []
+    count = 0
+    for table in prefetch(pool, reads.read, list(files), max(read_ahead, 1), batch=4):
+        if table.num_rows == 0:
+            continue
+        pending.append(table)
+        count += table.num_rows
+        if count >= batch_rows:
+            yield pa.concat_tables(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.concat_tables(pending)
 
 
 DICTIONARY_SAMPLE_ROWS = 10_000
@@ -164,8 +223,7 @@ class BinRewriter:
     reader: TableReader
     spec: FileWriteSpec
     deletion_timestamp: int
-    read_ahead: int = 2
-    chunk_bytes: int = CHUNK_BYTES
+    read_ahead: int = READ_AHEAD
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot, deletion_timestamp: int | None = None) -> BinRewriter:
@@ -181,11 +239,7 @@ class BinRewriter:
         writer: DataFileWriter | None = None
         rows = 0
         try:
-            for table in read_in_chunks(
-                self.reader, work.files, read_ahead=self.read_ahead, chunk_bytes=self.chunk_bytes
-            ):
-                if table.num_rows == 0:
-                    continue
+            for table in read_in_order(self.reader, work.files, read_ahead=self.read_ahead):
                 if writer is None:
                     encoded = dictionary_columns(table, self.spec.partition_columns)
                     writer = DataFileWriter(replace(self.spec, dictionary_columns=encoded))

@@ -35,9 +35,9 @@ from logstores.conf import get_delta_conf
 from replay.data.reader import TableReader
 from replay.maintenance.optimize_plan import Bin, InvalidOptimizeSettingError, describe_partition
 from replay.maintenance.optimize_rewrite import (
-    CHUNK_BYTES,
+    READ_AHEAD,
     RewrittenBin,
-    read_in_chunks,
+    read_in_order,
     rearranged,
     removes_of,
     table_reader,
@@ -295,8 +295,7 @@ class ZOrderRewriter:
     deletion_timestamp: int
     ranges: int = DEFAULT_NUM_RANGES
     add_noise: bool = True
-    read_ahead: int = 2
-    chunk_bytes: int = CHUNK_BYTES
+    read_ahead: int = READ_AHEAD
     sample_rows: int = SAMPLE_ROWS
     buffer_bytes: int = BUFFER_BYTES
 
@@ -324,7 +323,7 @@ class ZOrderRewriter:
         """Rewrite ``work`` (all files of one partition) as ``max(1, size // max_file_size)`` files."""
         rng = np.random.default_rng(_seed(work, self.spec.table_path))
         sample = _Sample(self.columns, self.sample_rows, rng)
-        for table in read_in_chunks(self.reader, work.files, self.columns, read_ahead=self.read_ahead):
+        for table in read_in_order(self.reader, work.files, self.columns, read_ahead=self.read_ahead):
             sample.add(table)
         curve = sample.curve(self.ranges)
         noise = rng if self.add_noise else None
@@ -335,9 +334,7 @@ class ZOrderRewriter:
         writers: dict[int, DataFileWriter] = {}
         rows = 0
         try:
-            for table in read_in_chunks(
-                self.reader, work.files, read_ahead=self.read_ahead, chunk_bytes=self.chunk_bytes
-            ):
+            for table in read_in_order(self.reader, work.files, read_ahead=self.read_ahead):
                 rows += table.num_rows
                 self._route(table, curve, boundaries, noise, writers)
             written: list[WrittenFile] = []
