@@ -519,3 +519,22 @@ def test_compaction_bins_follow_deltas_rules(
         ]
         if len(chosen) > 1 and sum(f.size for f in chosen) <= target:
             assert [b.files for b in plan.bins if b.partition_values["p"] == part] == [tuple(chosen)]
+
+
+def test_files_of_older_schemas_are_compacted_with_their_missing_columns_as_nulls(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    write_table(path, pa.table({"p": [1, 1], "a": [1, 2]}), partition_by=["p"])
+    write_table(path, pa.table({"p": [1], "a": [3]}))
+    write_table(path, pa.table({"p": [1], "a": [4], "b": ["new"]}), merge_schema=True)
+    expected = DeltaTable(path).to_pyarrow_table().sort_by("a")
+    assert expected["b"].to_pylist() == [None, None, None, "new"]
+    metrics = DeltaTable(path).optimize.compact()
+    assert (metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (3, 1)
+    assert DeltaTable(path).to_pyarrow_table().sort_by("a").equals(expected)
+    assert rust_rows_of(path, "a, b") == [(1, None), (2, None), (3, None), (4, "new")]
+
+
+def rust_rows_of(path: str, columns: str) -> list[tuple[object, ...]]:
+    query = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(path))
+    table = pa.table(query.execute(f"select {columns} from t").read_all())
+    return sorted(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True))
