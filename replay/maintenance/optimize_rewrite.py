@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -34,6 +34,7 @@ from replay.log.table_io import TableIO
 from replay.maintenance.optimize_plan import Bin, describe_partition
 from replay.protocol.actions import AddFile, RemoveFile
 from replay.protocol.errors import UnsupportedTableFeatureError
+from replay.protocol.paths import resolve_path
 from replay.protocol.table_config import check_protocol_writable
 from replay.state.snapshot import Snapshot
 from replay.txn.data_writer import DataFileWriter, FileWriteSpec, WrittenFile, delete_data_files
@@ -98,60 +99,64 @@ def table_reader(snapshot: Snapshot) -> TableReader:
 
 
 class _FileReads:
-    """Reads the files of a rewrite one by one, in the shape :meth:`TableReader.read_file` gives.
+    """Reads the data columns of the files of a rewrite, one file at a time.
 
     A local file without a deletion vector whose Parquet schema holds the requested data columns
     under their own names and the table's exact Arrow types (the files this library, Spark and
     delta-rs write for a table without column mapping) is opened once and its columns taken as
-    they are, partition columns added as constants. Every other file, and any file that fails to
-    read this way, goes through :meth:`TableReader.read_file` (deletion vectors, column mapping,
-    missing columns, type changes, Delta's errors naming the file).
+    they are. Every other file, and any file that fails to read this way, goes through
+    :meth:`TableReader.read_file` (deletion vectors, column mapping, missing columns, type
+    changes, Delta's errors naming the file). Partition columns are left to the caller.
     """
 
     def __init__(self, reader: TableReader, columns: Sequence[str] | None) -> None:
         self.reader = reader
-        self.columns = columns
         fields = reader.read_fields(columns)
         self.schema = pa.schema([arrow_field(f).with_nullable(True) for f in fields])
+        self.partition_fields = [f for f in fields if f.name in reader.partition_columns]
         self.data = [f for f in self.schema if f.name not in reader.partition_columns]
-        self.partition_fields = {f.name: f for f in fields if f.name in reader.partition_columns}
-        self.plain = reader.column_mapping_mode == "none"
+        self.data_names = [f.name for f in self.data]
+        self.data_schema = pa.schema(self.data)
+        fs, root = open_filesystem(reader.table_path, reader.conf)
+        plain = reader.column_mapping_mode == "none" and isinstance(fs, LocalFileSystem)
+        self.local_root: str | None = str(root).rstrip("/") if plain else None
 
     def read(self, file: AddFile) -> pa.Table:
         path = self._local_path(file)
         if path is not None:
             try:
-                table = self._read_plain(file, path)
+                table = self._read_plain(path)
             except (pa.ArrowException, OSError):
                 table = None  # read_file names the file in its error, or reads it its own way
             if table is not None:
                 return table
-        return self.reader.read_file(file, self.columns)
+        return self.reader.read_file(file, self.data_names)
 
     def _local_path(self, file: AddFile) -> str | None:
-        if not self.plain or file.deletion_vector is not None:
+        if self.local_root is None or file.deletion_vector is not None or not self.data:
             return None
-        fs, path = open_filesystem(self.reader.file_uri(file), self.reader.conf)
-        return str(path) if isinstance(fs, LocalFileSystem) else None
+        path = resolve_path(self.local_root, file.path)
+        return path if path.startswith("/") else None  # an absolute URI elsewhere: the reader's way
 
-    def _read_plain(self, file: AddFile, path: str) -> pa.Table | None:
-        parquet = pq.ParquetFile(path, pre_buffer=False)
-        stored = parquet.schema_arrow
-        for wanted in self.data:
-            index = stored.get_field_index(wanted.name)
-            if index < 0 or stored.field(index).type != wanted.type:
-                return None
-        raw = parquet.read(columns=[f.name for f in self.data], use_threads=False) if self.data else None
-        rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
-        arrays: list[pa.Array | pa.ChunkedArray] = []
-        for wanted in self.schema:
-            partition = self.partition_fields.get(wanted.name)
-            if partition is None:
-                arrays.append(raw.column(wanted.name))  # type: ignore[union-attr]
-            else:
-                value = (file.partition_values or {}).get(wanted.name)
-                arrays.append(partition_value_array(value, partition.type, rows))
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+    def _read_plain(self, path: str) -> pa.Table | None:
+        with pa.OSFile(path) as source:
+            parquet = pq.ParquetFile(source, pre_buffer=False)
+            stored = parquet.schema_arrow
+            for wanted in self.data:
+                index = stored.get_field_index(wanted.name)
+                if index < 0 or stored.field(index).type != wanted.type:
+                    return None
+            raw = parquet.read(columns=self.data_names, use_threads=False)
+        return pa.Table.from_arrays(raw.columns, schema=self.data_schema)
+
+    def with_partition_columns(self, data: pa.Table, values: Mapping[str, str | None]) -> pa.Table:
+        """``data`` (rows of files with partition ``values``) with the requested columns, in order."""
+        columns = {name: data.column(name) for name in self.data_names}
+        for partition in self.partition_fields:
+            columns[partition.name] = partition_value_array(
+                values.get(partition.name), partition.type, data.num_rows
+            )
+        return pa.Table.from_arrays([columns[f.name] for f in self.schema], schema=self.schema)
 
 
 def read_in_order(
@@ -162,23 +167,26 @@ def read_in_order(
     read_ahead: int = READ_AHEAD,
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[pa.Table]:
-    """The rows of ``files`` (deletion vectors applied), in order, as tables of about
-    ``batch_rows`` rows (the files' rows together), with at most ``read_ahead`` files read ahead
-    on the data pool."""
+    """The rows of ``files`` (deletion vectors applied; ``columns`` or all), in order, as tables of
+    about ``batch_rows`` rows (consecutive files of one partition together), with at most
+    ``read_ahead`` files read ahead on the data pool."""
     reads = _FileReads(reader, columns)
     pool = executor(Work.DATA, reader.concurrency)
     pending: list[pa.Table] = []
+    values: Mapping[str, str | None] = {}
     count = 0
-    for table in prefetch(pool, reads.read, list(files), max(read_ahead, 1), batch=4):
-        if table.num_rows == 0:
-            continue
-        pending.append(table)
-        count += table.num_rows
-        if count >= batch_rows:
-            yield pa.concat_tables(pending)
+    pairs = prefetch(pool, lambda file: (file, reads.read(file)), list(files), max(read_ahead, 1), batch=4)
+    for file, table in pairs:
+        partition = file.partition_values or {}
+        if pending and (count >= batch_rows or partition != values):
+            yield reads.with_partition_columns(pa.concat_tables(pending), values)
             pending, count = [], 0
+        values = partition
+        if table.num_rows:
+            pending.append(table)
+            count += table.num_rows
     if pending:
-        yield pa.concat_tables(pending)
+        yield reads.with_partition_columns(pa.concat_tables(pending), values)
 
 
 DICTIONARY_SAMPLE_ROWS = 10_000
