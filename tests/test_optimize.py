@@ -538,3 +538,25 @@ def rust_rows_of(path: str, columns: str) -> list[tuple[object, ...]]:
     query = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(path))
     table = pa.table(query.execute(f"select {columns} from t").read_all())
     return sorted(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True))
+
+
+def test_bins_and_rewriters_travel_to_other_processes(tmp_path: Path) -> None:
+    """A Spark front end plans on the driver, rewrites bins in tasks and commits on the driver."""
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    from replay.maintenance.optimize import commit_rewritten
+
+    path = str(tmp_path / "t")
+    small_files(path)
+    expected = rows(path)
+    snapshot = DeltaLog.for_table(path).update()
+    for mode, columns in ((OptimizeMode.COMPACT, ()), (OptimizeMode.ZORDER, ("id",))):
+        job = plan_optimize(snapshot, mode, zorder_columns=columns)
+        pickle.loads(pickle.dumps(job.plan.bins))
+        pickle.loads(pickle.dumps(job.rewriter))
+    job = plan_optimize(snapshot, OptimizeMode.COMPACT)
+    with ProcessPoolExecutor(2) as tasks:
+        rewritten = list(tasks.map(job.rewriter.rewrite, job.plan.bins))
+    assert commit_rewritten(snapshot.io, snapshot, job, rewritten) == 6
+    assert rows(path) == expected and files_per_partition(path) == {"0": 1, "1": 1}
