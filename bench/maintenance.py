@@ -220,6 +220,7 @@ def run_cases(
                 "cpu_seconds": statistics.median(float(r["cpu_seconds"]) for r in done),  # type: ignore[arg-type]
                 "peak_rss_mb": max(float(r["peak_rss_mb"]) for r in done),  # type: ignore[arg-type]
                 "result": done[-1]["result"],
+                "rounds": [[r["seconds"], r["cpu_seconds"]] for r in done],
             }
         )
     return results
