@@ -542,6 +542,7 @@ def rust_rows_of(path: str, columns: str) -> list[tuple[object, ...]]:
 
 def test_bins_and_rewriters_travel_to_other_processes(tmp_path: Path) -> None:
     """A Spark front end plans on the driver, rewrites bins in tasks and commits on the driver."""
+    import multiprocessing
     import pickle
     from concurrent.futures import ProcessPoolExecutor
 
@@ -556,7 +557,9 @@ def test_bins_and_rewriters_travel_to_other_processes(tmp_path: Path) -> None:
         pickle.loads(pickle.dumps(job.plan.bins))
         pickle.loads(pickle.dumps(job.rewriter))
     job = plan_optimize(snapshot, OptimizeMode.COMPACT)
-    with ProcessPoolExecutor(2) as tasks:
+    with ProcessPoolExecutor(
+        2, mp_context=multiprocessing.get_context("spawn")
+    ) as tasks:  # no fork of threads
         rewritten = list(tasks.map(job.rewriter.rewrite, job.plan.bins))
     assert commit_rewritten(snapshot.io, snapshot, job, rewritten) == 6
     assert rows(path) == expected and files_per_partition(path) == {"0": 1, "1": 1}
