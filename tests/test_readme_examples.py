@@ -190,6 +190,7 @@ WRITE_PYTHON = ("Writing from Python", "from replay import DeltaLog, delete_file
 TRANSACTION = ("Transactions and concurrent writers", "from replay import DeltaLog, AddFile")
 CHANGING_ROWS = ("Changing rows", "from replay import DeltaTable")
 CDC_TO_MERGE = ("Changing rows", "import pyarrow as pa")
+COMPACTION = ("Compaction and Z-order", "from replay import DeltaTable")
 VACUUM = ("Vacuum", "from replay import DeltaTable")
 RESTORE = (
     "Restore",
@@ -210,6 +211,7 @@ RUN_HERE = {
     TRANSACTION: "test_the_python_examples_on_s3",
     CHANGING_ROWS: "test_the_python_examples_on_s3",
     CDC_TO_MERGE: "test_the_cdc_to_merge_pipeline_runs_as_written",
+    COMPACTION: "test_the_maintenance_examples_on_s3",
     VACUUM: "test_the_maintenance_examples_on_s3",
     RESTORE: "test_the_maintenance_examples_on_s3",
     ALTER: "test_the_maintenance_examples_on_s3",
@@ -483,6 +485,19 @@ def test_the_maintenance_examples_on_s3(example_tables: ExampleTables) -> None:
     from replay import DeltaLog, write_table
 
     conf, bucket = example_tables.conf, example_tables.bucket
+    events = f"s3://{bucket}/compacted-events"
+    for index in range(4):
+        rows = pa.table(
+            {
+                "day": ["2024-06-01", "2024-06-02"],
+                "user_id": pa.array([index, index + 10], pa.int64()),
+                "ts": pa.array([index, index], pa.int64()),
+            }
+        )
+        write_table(events, rows, partition_by=["day"], conf=conf)
+    run_example(COMPACTION, {"s3://bucket/t": events}, {"conf": conf})
+    compacted = DeltaLog.for_table(events, conf).update()
+    assert compacted.num_files == 2 and compacted.to_arrow().num_rows == 8  # one file per day
     uri = f"s3://{bucket}/maintained"
     for version in range(7):
         rows = pa.table(

@@ -490,7 +490,7 @@ def stage_write(txn: Transaction, plan: WritePlan, written: Sequence[WrittenFile
         replaced = snapshot.files()
     else:
         txn.read_predicate(predicate)
-        selected = _partitions_matching(predicate, snapshot.metadata)
+        selected = partitions_matching(predicate, snapshot.metadata)
         replaced = [add for add in snapshot.files() if selected(add.partition_values)]
     txn.read_files(replaced)
     txn.add_actions(remove_action(add, now) for add in replaced)
@@ -499,7 +499,7 @@ def stage_write(txn: Transaction, plan: WritePlan, written: Sequence[WrittenFile
 PartitionKey = tuple[Any, ...]
 
 
-def _partitions_matching(
+def partitions_matching(
     predicate: Predicate, metadata: Metadata
 ) -> Callable[[Mapping[str, str | None]], bool]:
     """Whether a file's partition values satisfy ``predicate`` (a predicate on partition columns),
