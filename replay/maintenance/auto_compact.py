@@ -37,7 +37,7 @@ from replay.protocol.actions import Action, AddFile
 from replay.protocol.arrow_actions import add_actions
 from replay.protocol.table_config import TableConfiguration
 from replay.txn.post_commit import CommittedVersion
-from replay.txn.write_plan import partition_values_predicate
+from replay.txn.write_commit import partition_values_predicate
 
 logger = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
 from replay.txn.transaction import CommitOutcome, Transaction
-from replay.txn.write_plan import partitions_matching
+from replay.txn.write_commit import partitions_matching
 
 logger = logging.getLogger(__name__)
 
