@@ -3,6 +3,7 @@
 from logstores.base import FileStatus, LineIterator, LogStore
 from logstores.delegating import DelegatingLogStore, StoreChoice, log_store_scheme_conf_key
 from logstores.errors import (
+    AccessDeniedError,
     BinaryAccessUnsupportedError,
     BucketNotFoundError,
     ConditionalWriteUnsupportedError,
@@ -26,6 +27,7 @@ from logstores.registry import KNOWN_LOG_STORES, load_log_store_class
 __all__ = [
     "KNOWN_LOG_STORES",
     "LOG_STORE_CLASS_KEY",
+    "AccessDeniedError",
     "AzureLogStore",
     "BinaryAccessUnsupportedError",
     "BucketNotFoundError",

@@ -38,7 +38,7 @@ from azure.storage.blob import BlobProperties
 from azure.storage.blob.aio import BlobPrefix, ExponentialRetry
 from fsspec import AbstractFileSystem
 
-from logstores.errors import BucketNotFoundError, LogStoreError
+from logstores.errors import AccessDeniedError, BucketNotFoundError, LogStoreError
 from logstores.filesystem import Location, uri_scheme
 from logstores.object_store import (
     AmbiguousWriteError,
@@ -166,7 +166,7 @@ class AzureLogStore(ObjectStoreLogStore):
             isinstance(exc, ClientAuthenticationError | PermissionError)
             or getattr(exc, "status_code", 0) == 403
         ):
-            raise PermissionError(
+            raise AccessDeniedError(
                 f"access to {uri} was denied ({code or type(exc).__name__}); check the account key, SAS "
                 "token or connection string"
             ) from exc
@@ -228,7 +228,7 @@ class AzureLogStore(ObjectStoreLogStore):
                     entry async for item in items if (entry := _entry(container, prefix, item)) is not None
                 ]
 
-        with self._translated(location):
+        with self._translated(location.directory()):
             try:
                 entries = fsspec.asyn.sync(fs.loop, list_entries, options)
             except HttpResponseError as exc:

@@ -53,6 +53,14 @@ class BucketNotFoundError(LogStoreError, FileNotFoundError):
         return cls(f"{kind} '{bucket}' does not exist ({path})", bucket)
 
 
+class AccessDeniedError(LogStoreError, PermissionError):
+    """The storage service refused the credentials (or found none) for a path, bucket or table.
+
+    A :class:`PermissionError`, as the SDKs' own denials are. The message names what was accessed,
+    the endpoint when known and the settings that hold the credentials, never their values.
+    """
+
+
 class BinaryAccessUnsupportedError(LogStoreError):
     """A store that implements only the text methods of ``LogStore`` met a binary file.
 

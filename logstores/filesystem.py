@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -132,6 +132,14 @@ class Location:
     @property
     def name(self) -> str:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    def directory(self) -> Location:
+        """The directory holding this path, as a location of its own (with a trailing ``/``).
+
+        A listing from a name reads that directory; its errors name the directory, not the name
+        the listing starts from, which need not be a file (Delta lists from ``<version>.``).
+        """
+        return replace(self, path=self.parent.rstrip("/") + "/")
 
 
 class PathLocks:

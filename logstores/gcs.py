@@ -48,7 +48,7 @@ from gcsfs.checkers import get_consistency_checker
 from gcsfs.core import GCSFileSystem, initiate_upload, upload_chunk
 from gcsfs.retry import HttpError, is_retriable
 
-from logstores.errors import BucketNotFoundError
+from logstores.errors import AccessDeniedError, BucketNotFoundError
 from logstores.filesystem import Location
 from logstores.object_store import (
     COMMIT_TOKEN_KEY,
@@ -186,7 +186,7 @@ class GCSLogStore(ObjectStoreLogStore):
         denied = getattr(exc, "code", 0) in (401, 403) or message.startswith("Forbidden")
         if denied or isinstance(exc, PermissionError):
             reason = message.splitlines()[-1] if message else type(exc).__name__
-            raise PermissionError(
+            raise AccessDeniedError(
                 f"access to {uri} was denied ({reason}); "
                 "check fs.gs.auth.service.account.json.keyfile or the storage option token"
             ) from exc
@@ -221,7 +221,7 @@ class GCSLogStore(ObjectStoreLogStore):
         if location.name:
             params["startOffset"] = prefix + location.name
         entries: list[dict[str, Any]] = []
-        with self._bucket_checked(location):
+        with self._bucket_checked(location.directory()):
             while True:
                 page = fs.call("GET", "b/{}/o", bucket, json_out=True, **params)
                 for item in page.get("items", []):

@@ -26,13 +26,14 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
     ReadTimeoutError,
 )
 from fsspec import AbstractFileSystem
 from s3fs import S3FileSystem
 
 from logstores.conf import get_delta_conf
-from logstores.errors import BucketNotFoundError, ConditionalWriteUnsupportedError
+from logstores.errors import AccessDeniedError, BucketNotFoundError, ConditionalWriteUnsupportedError
 from logstores.filesystem import Location, path_lock
 from logstores.object_store import (
     COMMIT_TOKEN_KEY,
@@ -55,6 +56,10 @@ TIMEOUT_ERRORS = (ReadTimeoutError, ConnectTimeoutError, TimeoutError)
 """botocore (and fsspec) exceptions of a request that got no answer in time."""
 UNREACHABLE_ERRORS = (EndpointConnectionError,)
 _AMBIGUOUS = (ReadTimeoutError, ConnectionClosedError, TimeoutError)
+CREDENTIAL_SETTINGS = (
+    "fs.s3a.access.key and fs.s3a.secret.key (or the AWS environment variables, profile or instance role)"
+)
+"""Where S3 credentials come from, named when there are none."""
 _DENIED_CODES = {
     "AccessDenied",
     "InvalidAccessKeyId",
@@ -113,7 +118,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
 
     service = "S3"
     timeout_service = "s3"
-    sdk_errors = (ClientError, OSError, *TIMEOUT_ERRORS, *UNREACHABLE_ERRORS)
+    sdk_errors = (ClientError, OSError, NoCredentialsError, *TIMEOUT_ERRORS, *UNREACHABLE_ERRORS)
     timeout_errors = TIMEOUT_ERRORS
     unreachable_errors = UNREACHABLE_ERRORS
     endpoint_settings = "fs.s3a.endpoint or spark.delta.logStore.<scheme>.options.endpoint_url"
@@ -158,8 +163,13 @@ class S3BaseLogStore(ObjectStoreLogStore):
         code, status = error_code(exc)
         if code == "NoSuchBucket":
             raise BucketNotFoundError.of("S3 bucket", bucket, uri) from exc
+        if isinstance(exc, NoCredentialsError):
+            raise AccessDeniedError(
+                f"no AWS credentials to access {uri} at {self._endpoint_name(location.fs)}: set "
+                f"{CREDENTIAL_SETTINGS}"
+            ) from exc
         if code in _DENIED_CODES or status == 403 or isinstance(exc, PermissionError):
-            raise PermissionError(
+            raise AccessDeniedError(
                 f"access to {uri} was denied by {self._endpoint_name(location.fs)} ({code or status}); "
                 "check fs.s3a.access.key, fs.s3a.secret.key and fs.s3a.session.token"
             ) from exc
@@ -221,7 +231,7 @@ class S3BaseLogStore(ObjectStoreLogStore):
         if before is not None:
             request["StartAfter"] = prefix + before
         entries: list[dict[str, Any]] = []
-        with self._translated(location):
+        with self._translated(location.directory()):
             while True:
                 page = fs.call_s3("list_objects_v2", **request)
                 for item in page.get("Contents", []):

@@ -59,17 +59,24 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
     ReadTimeoutError,
 )
 
 from logstores.base import FileStatus
 from logstores.conf import get_delta_conf, hadoop_conf
-from logstores.errors import EndpointUnreachableError, LogStoreConfError, LogStoreError, RequestTimeoutError
+from logstores.errors import (
+    AccessDeniedError,
+    EndpointUnreachableError,
+    LogStoreConfError,
+    LogStoreError,
+    RequestTimeoutError,
+)
 from logstores.filesystem import Location, path_lock
 from logstores.log_files import delta_file_name, delta_version
 from logstores.object_store import TEMP_DIR, check_endpoint_reachable
 from logstores.redaction import redact_url, scrub
-from logstores.s3 import S3BaseLogStore, error_code
+from logstores.s3 import CREDENTIAL_SETTINGS, S3BaseLogStore, error_code
 from logstores.timeouts import endpoint_address
 
 logger = logging.getLogger(__name__)
@@ -302,12 +309,16 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         except ClientError as exc:
             code, status = error_code(exc)
             if code in _DENIED_CODES or status == 403:
-                raise PermissionError(
+                raise AccessDeniedError(
                     f"access to {where} was denied ({code}){concerning}; check the AWS credentials"
                 ) from exc
             if code == "ResourceNotFoundException":
                 raise LogStoreError(f"{where} does not exist (was it deleted?)") from exc
             raise
+        except NoCredentialsError as exc:
+            raise AccessDeniedError(
+                f"no AWS credentials to access {where}{concerning}: set {CREDENTIAL_SETTINGS}"
+            ) from exc
         except (ReadTimeoutError, ConnectTimeoutError, ConnectionClosedError) as exc:
             raise RequestTimeoutError(
                 f"DynamoDB request{concerning} to {self.dynamodb_address} ({where}) got no answer "

@@ -29,6 +29,7 @@ from replay.dml.delete import delete_rows
 from replay.dml.merge_builder import TableMerger
 from replay.dml.update import update_rows
 from replay.maintenance.alter import TableAlterer
+from replay.maintenance.optimize import TableOptimizer
 from replay.maintenance.restore import restore as restore_table
 from replay.maintenance.vacuum import vacuum as vacuum_table
 from replay.protocol.actions import Metadata, Protocol
@@ -283,3 +284,10 @@ class DeltaTable:
         ``set_table_description``, plus ``unset_table_properties``); each is one commit on the
         latest version, after which this object is loaded at it."""
         return TableAlterer(self._log.io, self._log.update, self._moved_to)
+
+    # compaction, Z-order, deletion-vector purge (replay.maintenance.optimize)
+    @property
+    def optimize(self) -> TableOptimizer:
+        """delta-rs's ``TableOptimizer``: ``compact``, ``z_order``, and ``purge_deletion_vectors``
+        (Delta's ``REORG TABLE ... APPLY (PURGE)``), each from the loaded version."""
+        return TableOptimizer(lambda: self._snapshot, self._moved_to)

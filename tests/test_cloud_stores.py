@@ -11,12 +11,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark import SparkConf
 
 from logstores import (
+    AccessDeniedError,
     AzureLogStore,
     BucketNotFoundError,
     ConditionalWriteUnsupportedError,
@@ -461,7 +463,7 @@ def test_azure_wrong_key_is_a_permission_error_without_the_key(azurite_server: A
     store = AzureLogStore(azurite_server.conf(key=wrong_key))
     container = azurite_server.create_container()
     with pytest.raises(
-        PermissionError, match=f"access to abfs://{container}/t/_delta_log/.* was denied"
+        AccessDeniedError, match=f"access to abfs://{container}/t/_delta_log/.* was denied"
     ) as info:
         store.write(f"abfs://{container}/t/_delta_log/{commit_name(0)}", ["x"])
     assert wrong_key not in str(info.value)
@@ -477,15 +479,46 @@ def test_s3_wrong_credentials_are_a_permission_error_without_the_secret(
     endpoint = moto_server_checking_credentials.endpoint
     for store in (S3LogStore(conf), S3SingleDriverLogStore(conf)):
         with pytest.raises(
-            PermissionError, match=rf"access to {uri} was denied by {endpoint} \((InvalidAccessKeyId|403)\)"
+            AccessDeniedError, match=rf"access to {uri} was denied by {endpoint} \((InvalidAccessKeyId|403)\)"
         ) as info:
             store.write(uri, ["x"])
         assert secret not in str(info.value)
     dynamo = S3DynamoDBLogStore(dynamodb_settings(moto_server_checking_credentials, unique_name("ddb")))
     denied = r"access to DynamoDB table `.*` in us-east-1 was denied \((UnrecognizedClientException|403)\)"
-    with pytest.raises(PermissionError, match=denied) as info:
+    with pytest.raises(AccessDeniedError, match=denied) as info:
         dynamo.get_latest_external_entry("s3a://bucket/t")
     assert AWS_TEST_SECRET not in str(info.value)
+
+
+def test_missing_s3_credentials_are_an_access_error_naming_the_settings(
+    moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No key in the settings and none in AWS's chain: botocore's bare "Unable to locate
+    credentials" becomes an error naming the path (or DynamoDB table) and where credentials go."""
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    keyless = {
+        key: value
+        for key, value in s3_settings(moto_server).items()
+        if not key.endswith((".access.key", ".secret.key"))
+    }
+    bucket = moto_server.create_bucket()
+    uri = f"s3a://{bucket}/t/_delta_log/{commit_name(0)}"
+    with pytest.raises(AccessDeniedError) as error:
+        S3LogStore(keyless).write(uri, ["x"])
+    assert str(error.value) == (
+        f"no AWS credentials to access {uri} at {moto_server.endpoint}: set fs.s3a.access.key and "
+        "fs.s3a.secret.key (or the AWS environment variables, profile or instance role)"
+    )
+    table = unique_name("ddb")
+    dynamo_keyless = {
+        k: v for k, v in dynamodb_settings(moto_server, table).items() if k in keyless or "ddb." in k
+    }
+    with pytest.raises(AccessDeniedError, match=rf"no AWS credentials to access DynamoDB table `{table}`"):
+        S3DynamoDBLogStore(dynamo_keyless).get_latest_external_entry(f"s3a://{bucket}/t")
 
 
 def test_s3_service_ignoring_if_none_match_is_refused(
@@ -755,3 +788,5 @@ def test_a_missing_bucket_is_named_instead_of_no_commit_files(
         DeltaLog.for_table(uri, conf).snapshot()
     assert error.value.bucket == name
     assert isinstance(error.value, FileNotFoundError)
+    # the log directory listed, whole (not the "00000000000000000000." the listing starts from)
+    assert str(error.value) == f"{kind} '{name}' does not exist ({uri}/_delta_log/)"

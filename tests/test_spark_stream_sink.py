@@ -222,3 +222,60 @@ def test_a_micro_batch_commits_from_the_version_it_was_planned_against(deltalog:
     assert snapshot.version == 1  # the concurrent overwrite; the batch committed nothing
     assert snapshot.partition_columns == ["part"]
     assert snapshot.to_arrow().column("id").to_pylist() == [-1]
+
+
+CHECKPOINT_ROOT_KEY = "spark.sql.streaming.checkpointLocation"
+
+
+def run_stream_under_session_root(
+    spark: Any, source: Path, table: str, root: Path, name: str | None = None
+) -> str:
+    """A run of a query whose checkpoint comes from the session's root (named or not); its id."""
+    spark.conf.set(CHECKPOINT_ROOT_KEY, str(root))
+    try:
+        writer = (
+            spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(str(source)).writeStream
+        )
+        if name is not None:
+            writer = writer.queryName(name)
+        query = writer.format("deltalog").trigger(availableNow=True).start(table)
+        query.awaitTermination(180)
+    finally:
+        spark.conf.unset(CHECKPOINT_ROOT_KEY)
+    assert query.exception() is None
+    return str(query.id)
+
+
+def test_a_named_query_under_the_session_checkpoint_root_is_exactly_once(
+    deltalog: Any, tmp_path: Path
+) -> None:
+    """Spark puts a named query's checkpoint at ``<root>/<queryName>``: the sink finds the query's id
+    there, so a batch it committed before Spark recorded it is skipped after a restart."""
+    source, table, root = tmp_path / "in", str(tmp_path / "t"), tmp_path / "checkpoints"
+    add_input(source, "a", range(0, 3))
+    add_input(source, "b", range(3, 5))
+    first = run_stream_under_session_root(deltalog, source, table, root, "events")
+    for name in ("1", ".1.crc"):  # killed after the sink committed batch 1, before Spark recorded it
+        (root / "events" / "commits" / name).unlink(missing_ok=True)
+    second = run_stream_under_session_root(deltalog, source, table, root, "events")
+    assert ids(table) == Counter(range(5))
+    assert DeltaLog.for_table(table).latest_version() == 1
+    query_id = json.loads((root / "events" / "metadata").read_text().splitlines()[0])["id"]
+    assert app_ids(table) == [query_id] == [first] == [second]
+
+
+def test_an_unnamed_query_under_the_session_checkpoint_root_is_identified_by_its_tasks(
+    deltalog: Any, tmp_path: Path
+) -> None:
+    """An unnamed query gets ``<root>/<random uuid>`` from Spark, which the sink is not told: each
+    start is a new query, and its batches carry the query's id from its tasks."""
+    source, table, root = tmp_path / "in", str(tmp_path / "t"), tmp_path / "checkpoints"
+    add_input(source, "a", range(0, 3))
+    add_input(source, "b", range(3, 5))
+    query_id = run_stream_under_session_root(deltalog, source, table, root)
+    assert ids(table) == Counter(range(5))
+    log = DeltaLog.for_table(table)
+    assert log.latest_version() == 1  # one commit per batch
+    assert app_ids(table) == [query_id]
+    assert [json.loads((d / "metadata").read_text())["id"] for d in root.iterdir()] == [query_id]
+    assert log.update().set_transactions == {query_id: 1}

@@ -21,7 +21,7 @@ from replay.spark.filters import to_predicate
 from replay.spark.partitions import FilesPartition, record_batches, split_reads
 from replay.spark.row_ids import row_id_batches
 from replay.spark.settings import ReadSettings
-from replay.spark.worker_errors import delta_errors_first
+from replay.spark.worker_errors import errors_first
 from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.snapshot import Snapshot
 
@@ -80,21 +80,21 @@ class DeltaLogBatchReader(DataSourceReader):
             files = kept
         return reader, [ChangeRead(add, None, snapshot.version, 0) for add in add_actions(files)]
 
+    @errors_first
     def partitions(self) -> Sequence[InputPartition]:
-        with delta_errors_first():
-            if self._plan is None:
-                self._plan = self._make_plan()
-            return split_reads(self._plan[1])
+        if self._plan is None:
+            self._plan = self._make_plan()
+        return split_reads(self._plan[1])
 
+    @errors_first
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FilesPartition):  # Spark plans one empty partition for none
             return
-        with delta_errors_first():
-            reader, _ = self._plan or self._make_plan()
-            if self.settings.row_ids:
-                yield from row_id_batches(reader, partition, self.schema, self.settings.only_files)
-            else:
-                yield from record_batches(reader, partition, self.settings.read_change_feed, self.schema)
+        reader, _ = self._plan or self._make_plan()
+        if self.settings.row_ids:
+            yield from row_id_batches(reader, partition, self.schema, self.settings.only_files)
+        else:
+            yield from record_batches(reader, partition, self.settings.read_change_feed, self.schema)
 
 
 class DeltaLogPushdownReader(DeltaLogBatchReader):
@@ -112,19 +112,19 @@ class DeltaLogPushdownReader(DeltaLogBatchReader):
     files may hold a matching row.
     """
 
+    @errors_first
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - PySpark's name
-        with delta_errors_first():
-            delta_log = DeltaLog.for_table(self.settings.path, self.settings.conf)
-            snapshot = self._snapshot(delta_log)
-            predicates = [to_predicate(spark_filter, self.schema) for spark_filter in filters]
-            self.pushed = And(tuple(predicates)) if predicates else TRUE
-            self._plan = self._snapshot_plan(snapshot, self.pushed)
-            files, config = snapshot.files_table(), snapshot.config
-            return [
-                spark_filter
-                for spark_filter, predicate in zip(filters, predicates, strict=True)
-                if not decided_by_partition_values(files, predicate, config)
-            ]
+        delta_log = DeltaLog.for_table(self.settings.path, self.settings.conf)
+        snapshot = self._snapshot(delta_log)
+        predicates = [to_predicate(spark_filter, self.schema) for spark_filter in filters]
+        self.pushed = And(tuple(predicates)) if predicates else TRUE
+        self._plan = self._snapshot_plan(snapshot, self.pushed)
+        files, config = snapshot.files_table(), snapshot.config
+        return [
+            spark_filter
+            for spark_filter, predicate in zip(filters, predicates, strict=True)
+            if not decided_by_partition_values(files, predicate, config)
+        ]
 
 
 def change_range(delta_log: DeltaLog, settings: ReadSettings) -> tuple[int, int] | None:

@@ -19,8 +19,8 @@ and :mod:`~replay.spark.writer` (``df.write`` and ``df.writeStream``).
 The log is read through :func:`logstores.create_log_store` and data files through fsspec +
 pyarrow inside the Python workers, so any storage fsspec reaches works. Storage settings come
 from the session's settings when a query is planned (:mod:`replay.spark.session_conf`) and from
-options that look like storage settings. A Delta error met in a Spark worker reaches the user as
-one line (:func:`~replay.spark.worker_errors.delta_errors_first`).
+options that look like storage settings. An error of ours (Delta's, storage, configuration) met in
+a Spark worker reaches the user as one line (:func:`~replay.spark.worker_errors.errors_first`).
 
 Timestamp options are read as Spark casts a string to a timestamp, as Delta reads them: a time
 without a zone is in the session time zone (``spark.sql.session.timeZone``), an explicit offset,
@@ -58,7 +58,7 @@ from replay.spark.schema import spark_schema
 from replay.spark.session_conf import SessionLink
 from replay.spark.settings import PUSHDOWN_KEY, SESSION_KEYS, ReadSettings, session_settings, storage_conf
 from replay.spark.stream_reader import DeltaLogStreamReader
-from replay.spark.worker_errors import delta_errors_first
+from replay.spark.worker_errors import errors_first
 from replay.spark.writer import WRITE_SESSION_KEYS, batch_writer, stream_writer
 
 logger = logging.getLogger(__name__)
@@ -84,16 +84,16 @@ class DeltaLogDataSource(DataSource):
     session_link: SessionLink | None = None
     """How planner processes read the session's current settings (set by :func:`register`)."""
 
+    @errors_first
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        with delta_errors_first():
-            self._link = type(self).session_link
-            current = self._link.settings(TIME_ZONE_KEY) if self._link is not None else None
-            self.session_conf = (
-                session_settings(current) if current is not None else dict(type(self).session_conf)
-            )
-            self.settings = ReadSettings.from_options(options, self.session_conf)
-            self.version: int | None = None
+        self._link = type(self).session_link
+        current = self._link.settings(TIME_ZONE_KEY) if self._link is not None else None
+        self.session_conf = (
+            session_settings(current) if current is not None else dict(type(self).session_conf)
+        )
+        self.settings = ReadSettings.from_options(options, self.session_conf)
+        self.version: int | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as a plain ``DeltaLogDataSource`` with its resolved state: the class
@@ -104,24 +104,24 @@ class DeltaLogDataSource(DataSource):
     def name(cls) -> str:
         return cls.format_name
 
+    @errors_first
     def schema(self) -> StructType:
-        with delta_errors_first():
-            settings = self.settings
-            delta_log = DeltaLog.for_table(settings.path, settings.conf)
-            if settings.read_change_feed:
-                snapshot = change_read_snapshot_of(delta_log, settings)
-            else:
-                snapshot = table_snapshot(delta_log, settings)
-                self.version = snapshot.version
-            schema_string = snapshot.metadata.schema_string or snapshot.schema.to_json()
-            schema = spark_schema(schema_string, settings.read_change_feed)
-            if settings.only_columns is None and not settings.row_ids:
-                return schema
-            if settings.read_change_feed:
-                raise InvalidOptionError(
-                    "The internal row-level change options do not apply to change feed reads"
-                )
-            return scan_schema(schema, settings.only_columns, settings.row_ids)
+        settings = self.settings
+        delta_log = DeltaLog.for_table(settings.path, settings.conf)
+        if settings.read_change_feed:
+            snapshot = change_read_snapshot_of(delta_log, settings)
+        else:
+            snapshot = table_snapshot(delta_log, settings)
+            self.version = snapshot.version
+        schema_string = snapshot.metadata.schema_string or snapshot.schema.to_json()
+        schema = spark_schema(schema_string, settings.read_change_feed)
+        if settings.only_columns is None and not settings.row_ids:
+            return schema
+        if settings.read_change_feed:
+            raise InvalidOptionError(
+                "The internal row-level change options do not apply to change feed reads"
+            )
+        return scan_schema(schema, settings.only_columns, settings.row_ids)
 
     def _release_link(self) -> None:
         """Forget the session link: what comes next is pickled for executors."""
@@ -133,16 +133,19 @@ class DeltaLogDataSource(DataSource):
         value = current if current is not None else self.session_conf.get(PUSHDOWN_KEY, "false")
         return value.strip().lower() == "true"
 
+    @errors_first
     def reader(self, schema: StructType) -> DataSourceReader:
         pushdown = self.pushdown_enabled() and not self.settings.read_change_feed
         self._release_link()
         reader_class = DeltaLogPushdownReader if pushdown else DeltaLogBatchReader
         return reader_class(self.settings, schema, self.version)
 
+    @errors_first
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
         self._release_link()
         return DeltaLogStreamReader(self.settings, schema)
 
+    @errors_first
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         self._release_link()
         settings = self.settings
@@ -155,6 +158,7 @@ class DeltaLogDataSource(DataSource):
             session_conf=self.session_conf,
         )
 
+    @errors_first
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - PySpark's name
         self._release_link()
         settings = self.settings

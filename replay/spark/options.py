@@ -141,9 +141,62 @@ def timestamp_option(options: Mapping[str, str], key: str, zone: _dt.tzinfo) -> 
         ) from None
 
 
-def column_list(value: str | None) -> tuple[str, ...] | None:
-    """Comma-separated column names (backquotes and blanks dropped), or ``None`` when absent."""
+def column_list(
+    value: str | None, name: str = "partitionBy", *, error: type[DeltaError] = InvalidOptionError
+) -> tuple[str, ...] | None:
+    """Comma-separated column names, quoted as Spark quotes identifiers, or ``None`` when absent.
+
+    A name in backquotes is taken as written, commas and blanks included, with a doubled backquote
+    standing for one (``"`a,b`, c"`` is ``a,b`` and ``c``; ``"`x``y`"`` is ``x`y``); a bare name is
+    trimmed and ends at the next comma. Empty entries are skipped. An unterminated quote, text
+    after a closing quote or an empty quoted name is refused naming option ``name``.
+    """
     if value is None:
         return None
-    names = [name.strip().strip("`") for name in value.split(",")]
-    return tuple(name for name in names if name)
+    names: list[str] = []
+    position, length = 0, len(value)
+    while position <= length:
+        while position < length and value[position].isspace():
+            position += 1
+        if position < length and value[position] == "`":
+            column, position = _quoted_name(value, position, name, error)
+            if not column:
+                raise illegal_option(name, value, "a quoted column name cannot be empty", error)
+            while position < length and value[position].isspace():
+                position += 1
+            if position < length and value[position] != ",":
+                raise illegal_option(
+                    name,
+                    value,
+                    f"unexpected text after the quoted name `{column}` at position {position}",
+                    error,
+                )
+        else:
+            end = value.find(",", position)
+            end = length if end < 0 else end
+            column = value[position:end].strip()
+            if "`" in column:
+                raise illegal_option(
+                    name, value, "a backquote may only open or close a quoted column name", error
+                )
+            position = end
+        if column:
+            names.append(column)
+        position += 1  # past the comma (or the end)
+    return tuple(names)
+
+
+def _quoted_name(value: str, start: int, name: str, error: type[DeltaError]) -> tuple[str, int]:
+    """The name quoted from ``value[start]`` (a backquote) and the position after its closing quote."""
+    characters: list[str] = []
+    position = start + 1
+    while position < len(value):
+        if value[position] == "`":
+            if value.startswith("``", position):
+                characters.append("`")
+                position += 2
+                continue
+            return "".join(characters), position + 1
+        characters.append(value[position])
+        position += 1
+    raise illegal_option(name, value, f"the backquote at position {start} is not closed", error)

@@ -3,8 +3,9 @@
 :class:`ReadSettings` holds a read's validated options (names as in Delta, matched
 case-insensitively; values parsed by :mod:`replay.spark.options`). Storage settings come from the
 session and from options that look like storage settings (``fs.*``, ``spark.hadoop.*``,
-``[spark.]delta.logStore.*``, ``[spark.]io.delta.storage.*``); Spark hands options over in lower
-case, so Delta's camel-case key names are restored (:func:`canonical_key`).
+``[spark.]delta.logStore.*``, ``[spark.]io.delta.storage.*``, and our request bounds
+``[spark.]delta.logstores.*``); Spark hands options over in lower case, so Delta's camel-case key
+names are restored (:func:`canonical_key`).
 :func:`session_settings` picks from a session's settings those a ``deltalog`` source uses.
 """
 
@@ -37,8 +38,16 @@ STORAGE_KEY_PREFIXES = (
     "delta.logStore.",
     "spark.io.delta.storage.",
     "io.delta.storage.",
+    "spark.delta.logstores.",
+    "delta.logstores.",
 )
-_CAMEL_CASE_WORDS = ("logStore", "S3DynamoDBLogStore", "tableName", "provisionedThroughput")
+_CAMEL_CASE_WORDS = (
+    "logStore",
+    "S3DynamoDBLogStore",
+    "tableName",
+    "provisionedThroughput",
+    "requestTimeoutMs",
+)
 OUT_OF_RANGE_KEY = "spark.databricks.delta.changeDataFeed.timestampOutOfRange.enabled"
 SESSION_KEYS = (OUT_OF_RANGE_KEY, SCHEMA_MODE_KEY)
 """Delta SQL confs read from the session (or from the read options) besides storage settings."""

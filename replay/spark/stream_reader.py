@@ -23,6 +23,7 @@ from replay.data import TableReader
 from replay.delta_log import DeltaLog
 from replay.spark.partitions import FilesPartition, record_batches, split_reads
 from replay.spark.settings import ReadSettings
+from replay.spark.worker_errors import errors_first
 
 
 class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -59,9 +60,11 @@ class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return self._source
 
+    @errors_first
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         return self.source.initial_offset().to_dict()
 
+    @errors_first
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
         settings = self.settings
         if settings.max_bytes_per_trigger is not None and settings.max_files_per_trigger is None:
@@ -80,17 +83,20 @@ class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_files=settings.max_files_per_trigger, max_bytes=settings.max_bytes_per_trigger
         )
 
+    @errors_first
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         source = self.source
         start_offset = source.parse_offset(start)
         return source.latest_offset(start_offset, self._limits(limit), self._available_now_end).to_dict()
 
+    @errors_first
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
         """Freeze the end at the latest version now: later commits wait for the next run."""
         source = self.source
         latest = source.delta_log.update().version
         self._available_now_end = DeltaSourceOffset(source.table_id, latest + 1, BASE_INDEX, False)
 
+    @errors_first
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         source = self.source
         start_offset, end_offset = source.parse_offset(start), source.parse_offset(end)
@@ -100,10 +106,12 @@ class DeltaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reader = source.reader()
         return split_reads(reads)
 
+    @errors_first
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilesPartition)
         reader = self._reader or self.source.reader()
         yield from record_batches(reader, partition, self.settings.read_change_feed, self.schema)
 
+    @errors_first
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: offsets carry all state."""

@@ -10,8 +10,10 @@ a refused or conflicting commit, or an ``abort`` whose ``txnId`` is not in the l
 
 ``df.writeStream.format("deltalog")``: each micro-batch is one commit carrying
 ``SetTransaction(appId, batchId)``, made from the version its plan read; ``appId`` is the
-``txnAppId`` option or the query's id from its checkpoint (Delta's ``queryId``), so a restarted
-query skips a batch it already committed (exactly once), and a new checkpoint starts a new query.
+``txnAppId`` option or the query's id from its checkpoint (Delta's ``queryId``; the checkpoint is the
+``checkpointLocation`` option or ``<spark.sql.streaming.checkpointLocation>/<queryName>``), so a
+restarted query skips a batch it already committed (exactly once), and a new checkpoint starts a
+new query.
 The ``complete`` output mode overwrites the table in each batch.
 
 Options (names as in Delta, case-insensitive): ``partitionBy`` (comma-separated), ``mergeSchema``,
@@ -43,13 +45,14 @@ from replay.protocol.actions import AddFile
 from replay.protocol.schema import StructType as DeltaSchema
 from replay.protocol.schema import parse_schema
 from replay.spark.options import bool_option, column_list, int_value, lower_keys
+from replay.spark.worker_errors import errors_first
 from replay.txn.data_writer import WrittenFile, delete_data_files, write_batches
 from replay.txn.transaction import transaction_committed
+from replay.txn.write_commit import commit_write
 from replay.txn.write_plan import (
     InvalidWriteOptionError,
     WriteOptions,
     WritePlan,
-    commit_write,
     latest_snapshot,
     plan_write,
 )
@@ -59,7 +62,14 @@ logger = logging.getLogger(__name__)
 PARTITION_OVERWRITE_MODE_KEY = "spark.sql.sources.partitionOverwriteMode"
 MAX_RECORDS_PER_FILE_KEY = "spark.sql.files.maxRecordsPerFile"
 USER_METADATA_KEY = "spark.databricks.delta.commitInfo.userMetadata"
-WRITE_SESSION_KEYS = (PARTITION_OVERWRITE_MODE_KEY, MAX_RECORDS_PER_FILE_KEY, USER_METADATA_KEY)
+STREAMING_CHECKPOINT_KEY = "spark.sql.streaming.checkpointLocation"
+"""The session's root of streaming checkpoints (a query's is ``<root>/<queryName or a random uuid>``)."""
+WRITE_SESSION_KEYS = (
+    PARTITION_OVERWRITE_MODE_KEY,
+    MAX_RECORDS_PER_FILE_KEY,
+    USER_METADATA_KEY,
+    STREAMING_CHECKPOINT_KEY,
+)
 """Session settings a write reads (captured by ``register``)."""
 TABLE_PROPERTY_PREFIX = "delta."
 NOT_TABLE_PROPERTIES = ("delta.logstore.",)
@@ -91,7 +101,7 @@ def write_options(
     }
     return WriteOptions(
         mode="overwrite" if overwrite else "append",
-        partition_by=column_list(given.get("partitionby")),
+        partition_by=column_list(given.get("partitionby"), "partitionBy", error=error),
         merge_schema=bool_option(given, "mergeschema", "mergeSchema", error=error),
         overwrite_schema=bool_option(given, "overwriteschema", "overwriteSchema", error=error),
         replace_where=given.get("replacewhere"),
@@ -124,12 +134,14 @@ def _plan(
 # -- commit messages --------------------------------------------------------------------------
 @dataclass
 class WrittenFiles(WriterCommitMessage):
-    """What one task wrote: its ``add`` actions as log lines, the rows of each file, and the plan
-    the task wrote them under (so the driver commits from the version that plan read)."""
+    """What one task wrote: its ``add`` actions as log lines, the rows of each file, the plan the
+    task wrote them under (so the driver commits from the version that plan read) and, in a
+    streaming query, the query's id as Spark gives it to the task."""
 
     adds: list[str] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     plan: WritePlan | None = None
+    query_id: str | None = None
 
     @classmethod
     def of(cls, files: Sequence[WrittenFile], plan: WritePlan | None = None) -> WrittenFiles:
@@ -189,13 +201,16 @@ class DeltaLogBatchWriter(DataSourceArrowWriter):
     def __init__(self, plan: WritePlan) -> None:
         self.plan = plan
 
+    @errors_first
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
         return _write_task(self.plan, iterator)
 
+    @errors_first
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         version = _commit(self.plan, _written(messages))
         logger.info("committed version %s of %s", version, self.plan.table_path)
 
+    @errors_first
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _abort(self.plan, _written(messages))
 
@@ -218,25 +233,55 @@ def batch_writer(
 # -- streaming ----------------------------------------------------------------------------------
 QUERY_METADATA_FILE = "metadata"
 """The file in a streaming query's checkpoint where Spark keeps the query's id (``{"id": ...}``)."""
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The local property in which Spark hands a streaming query's id to the tasks of its batches."""
 
 
-def streaming_app_id(options: Mapping[str, str], conf: Mapping[str, str] | None = None) -> str:
+def query_checkpoint(options: Mapping[str, str], session_conf: Mapping[str, str]) -> str | None:
+    """The checkpoint location Spark uses for a streaming query, where the sink can know it.
+
+    The ``checkpointLocation`` option (Spark passes it to the sink with the query's options), else
+    ``<spark.sql.streaming.checkpointLocation>/<queryName>``, as Spark resolves a named query's
+    checkpoint from the session setting. ``None`` for an unnamed query with only the session
+    setting: Spark then makes ``<setting>/<random uuid>``, a new checkpoint (and query) at every
+    start, and tells the sink neither.
+    """
+    lowered = lower_keys(options)
+    if lowered.get("checkpointlocation"):
+        return lowered["checkpointlocation"]
+    root, name = session_conf.get(STREAMING_CHECKPOINT_KEY), lowered.get("queryname")
+    if root and name:
+        return root.rstrip("/") + "/" + name
+    return None
+
+
+def streaming_app_id(
+    options: Mapping[str, str],
+    conf: Mapping[str, str] | None = None,
+    session_conf: Mapping[str, str] | None = None,
+) -> str | None:
     """The application id of a streaming query: ``txnAppId``, else the query's id, which Spark
-    keeps in ``<checkpointLocation>/metadata`` (Delta's sink uses the same ``queryId``).
+    keeps in ``<checkpoint>/metadata`` (Delta's sink uses the same ``queryId``), the checkpoint
+    being the one :func:`query_checkpoint` resolves.
 
     The id belongs to the query, not to how its checkpoint is spelled (``/x``, ``file:/x``), and a
-    new checkpoint is a new query whose batch ids start again at 0. Raises
-    :class:`InvalidWriteOptionError` naming the location when there is neither, or when the
-    checkpoint holds no query id.
+    new checkpoint is a new query whose batch ids start again at 0. ``None`` when the sink cannot
+    know the checkpoint (an unnamed query under ``spark.sql.streaming.checkpointLocation``): that
+    query is new at every start, and its tasks carry its id (:func:`task_query_id`). Raises
+    :class:`InvalidWriteOptionError` naming the location when there is no checkpoint at all, or
+    when the checkpoint holds no query id.
     """
-    lowered = {str(key).lower(): str(value) for key, value in options.items()}
+    lowered = lower_keys(options)
     if lowered.get("txnappid"):
         return lowered["txnappid"]
-    location = lowered.get("checkpointlocation")
-    if not location:
+    session = session_conf or {}
+    location = query_checkpoint(options, session)
+    if location is None:
+        if session.get(STREAMING_CHECKPOINT_KEY):
+            return None
         raise InvalidWriteOptionError(
-            "A deltalog streaming sink needs the option 'checkpointLocation' (or 'txnAppId') to "
-            "identify the query across restarts"
+            "A deltalog streaming sink needs the option 'checkpointLocation' (or the session setting "
+            f"{STREAMING_CHECKPOINT_KEY}, or 'txnAppId') to identify the query across restarts"
         )
     path = location.rstrip("/") + "/" + QUERY_METADATA_FILE
     try:
@@ -251,6 +296,18 @@ def streaming_app_id(options: Mapping[str, str], conf: Mapping[str, str] | None 
     return str(query_id)
 
 
+def task_query_id() -> str | None:
+    """The id of the streaming query whose task this is (``None`` outside such a task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+
+
+def _query_id(messages: Sequence[WriterCommitMessage | None]) -> str | None:
+    return next((m.query_id for m in messages if isinstance(m, WrittenFiles) and m.query_id), None)
+
+
 class DeltaLogStreamWriter(DataSourceStreamArrowWriter):
     """One micro-batch of a streaming write.
 
@@ -259,28 +316,39 @@ class DeltaLogStreamWriter(DataSourceStreamArrowWriter):
     batch's plan read, so a change committed by others while the tasks wrote (a schema change, a
     new partitioning) is checked by Delta's conflict rules, not silently written over. ``plan``
     here is only used for a batch whose tasks sent no message.
+
+    ``app_id`` is ``None`` for a query whose checkpoint the sink cannot know (see
+    :func:`streaming_app_id`): a query new at this start, which has committed nothing before;
+    its id comes from its tasks.
     """
 
-    def __init__(self, plan: WritePlan, app_id: str, output_mode: str) -> None:
+    def __init__(self, plan: WritePlan, app_id: str | None, output_mode: str) -> None:
         self.plan = plan
         self.app_id = app_id
         self.output_mode = output_mode
 
+    @errors_first
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
-        return _write_task(self.plan, iterator)
+        return replace(_write_task(self.plan, iterator), query_id=task_query_id())
 
+    @errors_first
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
+        app_id = self.app_id or _query_id(messages)
+        if app_id is None:
+            raise InvalidWriteOptionError(
+                f"Cannot identify the streaming query writing batch {batchId} to {self.plan.table_path}: "
+                "set the option 'checkpointLocation' (or 'txnAppId')"
+            )
         planned = _planned(messages) or self.plan
-        plan = planned.for_transaction(self.app_id, batchId, planned.committed_txn_version)
-        parameters = {"outputMode": self.output_mode, "queryId": self.app_id, "epochId": str(batchId)}
+        plan = planned.for_transaction(app_id, batchId, planned.committed_txn_version)
+        parameters = {"outputMode": self.output_mode, "queryId": app_id, "epochId": str(batchId)}
         version = _commit(
             plan, _written(messages), operation="STREAMING UPDATE", operation_parameters=parameters
         )
         if version is None:
-            logger.info(
-                "batch %d of query %s was already committed to %s", batchId, self.app_id, plan.table_path
-            )
+            logger.info("batch %d of query %s was already committed to %s", batchId, app_id, plan.table_path)
 
+    @errors_first
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
         _abort(_planned(messages) or self.plan, _written(messages))
 
@@ -295,7 +363,7 @@ def stream_writer(
     session_conf: Mapping[str, str],
 ) -> DeltaLogStreamWriter:
     """Plan one micro-batch of a ``df.writeStream`` and return its writer."""
-    app_id = streaming_app_id(options, conf)
+    app_id = streaming_app_id(options, conf, session_conf)
     batch_options = {k: v for k, v in options.items() if k.lower() not in ("txnappid", "txnversion")}
     plan = _plan(path, conf, schema, write_options(batch_options, session_conf, overwrite=overwrite), app_id)
     return DeltaLogStreamWriter(plan, app_id, "Complete" if overwrite else "Append")

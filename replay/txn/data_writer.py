@@ -139,6 +139,9 @@ class FileWriteSpec:
     replace_where: str | None = None
     constraints: TableConstraints = field(default_factory=TableConstraints)
     write_time: _dt.datetime | None = None
+    dictionary_columns: tuple[str, ...] | None = None
+    """The columns Parquet dictionary-encodes (``None``: every column, pyarrow's default, which
+    falls back to plain encoding once a column's dictionary grows too large)."""
 
     def compile_constraints(self) -> RowConstraints | None:
         """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
@@ -282,6 +285,9 @@ class _OpenFile:
         self._fs = fs
         self._schema = spec.data_schema
         self._stats = StatisticsCollector(self._schema, spec.num_indexed_cols, spec.string_prefix_length)
+        self._dictionary: bool | list[str] = (
+            True if spec.dictionary_columns is None else list(spec.dictionary_columns)
+        )
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0
         self._buffered_bytes = 0
@@ -311,7 +317,12 @@ class _OpenFile:
             compression="snappy",
             write_statistics=True,
             dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
+            use_dictionary=self._dictionary,
         )
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buffered_bytes
 
     def _flush(self) -> None:
         if not self._buffer:
@@ -454,6 +465,17 @@ class DataFileWriter:
         opened = self._open.pop(key)
         values = dict(zip(self.spec.partition_columns, key, strict=True))
         self._written.append(opened.close(values, int(time.time() * 1000)))
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of rows the open files buffer before encoding them (up to a row group each)."""
+        return sum(opened.buffered_bytes for opened in self._open.values())
+
+    def flush(self) -> None:
+        """Encode the rows buffered in the open files now, as smaller row groups: lets a caller
+        with many writers open at once bound their memory."""
+        for opened in self._open.values():
+            opened._flush()
 
     def close(self) -> list[WrittenFile]:
         """Finish every open file; the files written, in the order they were finished."""
