@@ -171,16 +171,37 @@ def test_optimize_where_takes_partition_equalities_only() -> None:
 
 
 @pytest.mark.spark
-def test_optimize_compacts_and_z_orders_through_the_python_optimize(spark: Any, tmp_path: Path) -> None:
-    pytest.importorskip("replay.maintenance.optimize", reason="OPTIMIZE is not on this branch")
+def test_optimize_rewrites_each_bin_in_a_spark_task(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_table(uri, ROWS, partition_by=["p"], max_rows_per_file=1)
     table = SparkTable.forPath(spark, uri)
     before = our_rows(uri)
+    context = spark.sparkContext
+    context.setJobGroup("optimize-test", "OPTIMIZE")
+    try:
+        result = table.optimize().executeCompaction().collect()[0]
+    finally:
+        context.setJobGroup("", "")
+    tracker = context.statusTracker()
+    tasks = [
+        stage.numTasks
+        for job in tracker.getJobIdsForGroup("optimize-test")
+        for stage_id in (tracker.getJobInfo(job).stageIds if tracker.getJobInfo(job) else [])
+        if (stage := tracker.getStageInfo(stage_id)) is not None and "optimize_jobs" in stage.name
+    ]
+    bins = result.metrics.partitionsOptimized  # one bin per partition of more than one file
+    assert bins >= 2 and tasks == [bins]  # each bin rewritten in a task of its own
+    assert result.path == uri and result.metrics.numFilesAdded == bins
+    assert result.metrics.numFilesRemoved == len(before) - (
+        DeltaLog.for_table(uri).update().num_files - bins
+    )
+    assert our_rows(uri) == before == normalised(DeltaTable(uri).to_pyarrow_table())
+    write_table(uri, ROWS, partition_by=["p"], mode="append", max_rows_per_file=1)
     result = table.optimize().where("p = 1").executeCompaction().collect()[0]
-    assert result.path == uri and result.metrics.numFilesRemoved == 4 and result.metrics.numFilesAdded == 1
+    assert result.metrics.numFilesAdded == 1 and result.metrics.partitionsOptimized == 1
     table.optimize().executeZOrderBy("id", "x")
-    assert our_rows(uri) == before
+    assert sorted(map(repr, our_rows(uri))) == sorted(map(repr, before + before))
+    assert [r.operation for r in table.history(4).collect()] == ["OPTIMIZE", "OPTIMIZE", "WRITE", "OPTIMIZE"]
 
 
 # -- object stores ------------------------------------------------------------------------------------

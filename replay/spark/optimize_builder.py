@@ -1,9 +1,9 @@
 """``DeltaOptimizeBuilder``: Delta's OPTIMIZE builder for PySpark, on the Python OPTIMIZE.
 
-``optimize().where("part = 'a'").executeCompaction()`` and ``.executeZOrderBy("x", "y")`` call
-``replay.DeltaTable(path, conf=...).optimize.compact(partition_filters=...)`` and
-``.optimize.z_order(columns, partition_filters=...)`` (delta-rs's names), which run on the
-driver. ``where`` takes what Delta's takes: a conjunction of equalities of partition columns with
+``optimize().where("part = 'a'").executeCompaction()`` and ``.executeZOrderBy("x", "y")`` are
+planned on the driver as the Python OPTIMIZE plans them, their bins are rewritten by Spark's
+executors, and the driver commits once (:mod:`replay.spark.optimize_jobs`). ``where`` takes what
+Delta's takes: a conjunction of equalities of partition columns with
 literals; it becomes delta-rs's DNF filters (``[("part", "=", "a")]``). Anything else raises
 :class:`InvalidOptimizeFilterError` naming the filter.
 
@@ -19,10 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from replay.delta_log import DeltaLog
+from replay.maintenance.optimize import plan_optimize
+from replay.maintenance.optimize_plan import OptimizeMode
 from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import And, Compare, Predicate
 from replay.protocol.sql_predicate import parse_predicate
 from replay.spark.dml_scan import SparkTarget
+from replay.spark.optimize_jobs import optimize_on_spark
 
 FILE_STATS = "STRUCT<min: BIGINT, max: BIGINT, avg: DOUBLE, totalFiles: BIGINT, totalSize: BIGINT>"
 OPTIMIZE_SCHEMA = (
@@ -118,25 +122,20 @@ class DeltaOptimizeBuilder:
         return replace(self, _conditions=(*self._conditions, partitionFilter))
 
     def executeCompaction(self) -> Any:  # noqa: N802 - Delta's name
-        """Compact small files into larger ones; returns Delta's OPTIMIZE result DataFrame."""
-        optimizer, filters = self._optimizer()
-        return self._result(optimizer.compact(partition_filters=filters))
+        """Compact small files into larger ones on the executors; returns Delta's OPTIMIZE result
+        DataFrame."""
+        return self._run(OptimizeMode.COMPACT, [])
 
     def executeZOrderBy(self, *cols: str | Sequence[str]) -> Any:  # noqa: N802 - Delta's name
-        """Rewrite the files ordered along a Z-order curve of ``cols``."""
+        """Rewrite the files ordered along a Z-order curve of ``cols``, on the executors."""
         columns = list(cols[0]) if len(cols) == 1 and isinstance(cols[0], list | tuple) else list(cols)
-        optimizer, filters = self._optimizer()
-        return self._result(optimizer.z_order([str(c) for c in columns], partition_filters=filters))
+        return self._run(OptimizeMode.ZORDER, [str(c) for c in columns])
 
-    def _optimizer(self) -> tuple[Any, DnfFilter | None]:
-        from replay.table import DeltaTable as PythonTable
-
-        table = PythonTable(self._target.path, conf=self._target.conf())
-        filters = partition_filters(self._conditions, table.partition_columns(), self._target.path)
-        optimizer = getattr(table, "optimize", None)
-        if optimizer is None:
-            raise NotImplementedError("OPTIMIZE is not available in this version of delta-logstores")
-        return optimizer, filters
+    def _run(self, mode: OptimizeMode, columns: list[str]) -> Any:
+        snapshot = DeltaLog.for_table(self._target.path, self._target.conf()).update()
+        filters = partition_filters(self._conditions, snapshot.partition_columns, self._target.path)
+        job = plan_optimize(snapshot, mode, partition_filters=filters, zorder_columns=columns)
+        return self._result(optimize_on_spark(self._spark, snapshot, job))
 
     def _result(self, metrics: Mapping[str, Any]) -> Any:
         return self._spark.createDataFrame([(self._target.path, optimize_metrics(metrics))], OPTIMIZE_SCHEMA)
