@@ -106,7 +106,8 @@ def in_process_breakdown(workdir: Path, task_rows: int) -> dict[str, dict[str, f
     from replay.txn.data_writer import FileWriteSpec, write_batches
     from replay.txn.statistics import StatisticsCollector
     from replay.txn.write import delta_schema
-    from replay.txn.write_plan import WriteOptions, commit_write, plan_write
+    from replay.txn.write_commit import commit_write
+    from replay.txn.write_plan import WriteOptions, plan_write
 
     data = arrow_data(0, task_rows)
     batches = data.to_batches(max_chunksize=SPARK_BATCH_ROWS)

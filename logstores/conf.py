@@ -51,11 +51,12 @@ def to_conf_dict(conf: ConfLike | None) -> dict[str, str]:
         return {}
     if isinstance(conf, Mapping):
         return {str(key): str(value) for key, value in conf.items()}
-    if hasattr(conf, "sparkContext") and hasattr(conf, "conf"):  # SparkSession
+    runtime = getattr(conf, "conf", None)
+    if runtime is not None and hasattr(runtime, "getAll"):  # a SparkSession, classic or Spark Connect
         merged: dict[str, str] = {}
         with contextlib.suppress(Exception):  # Spark Connect sessions have no SparkContext
-            merged.update(to_conf_dict(conf.sparkContext.getConf()))
-        merged.update(to_conf_dict(conf.conf))
+            merged.update(to_conf_dict(conf.sparkContext.getConf()))  # type: ignore[union-attr]
+        merged.update(to_conf_dict(runtime))
         return merged
     get_all = getattr(conf, "getAll", None)
     if get_all is not None:

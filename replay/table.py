@@ -26,9 +26,10 @@ from logstores.conf import ConfLike
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.dml.delete import delete_rows
-from replay.dml.merge import TableMerger
+from replay.dml.merge_builder import TableMerger
 from replay.dml.update import update_rows
 from replay.maintenance.alter import TableAlterer
+from replay.maintenance.optimize import TableOptimizer
 from replay.maintenance.restore import restore as restore_table
 from replay.maintenance.vacuum import vacuum as vacuum_table
 from replay.protocol.actions import Metadata, Protocol
@@ -208,7 +209,7 @@ class DeltaTable:
     ) -> TableMerger:
         """A MERGE of ``source`` (anything ``write_table`` writes) into the table on ``predicate``
         (a SQL condition over ``target_alias`` and ``source_alias``): add WHEN clauses to the
-        returned :class:`~replay.dml.merge.TableMerger`, then ``execute()`` it. ``merge_schema``
+        returned :class:`~replay.dml.merge_builder.TableMerger`, then ``execute()`` it. ``merge_schema``
         adds the source columns that ``*`` clauses or assignments name to the table."""
         return TableMerger(
             self._snapshot,
@@ -283,3 +284,10 @@ class DeltaTable:
         ``set_table_description``, plus ``unset_table_properties``); each is one commit on the
         latest version, after which this object is loaded at it."""
         return TableAlterer(self._log.io, self._log.update, self._moved_to)
+
+    # compaction, Z-order, deletion-vector purge (replay.maintenance.optimize)
+    @property
+    def optimize(self) -> TableOptimizer:
+        """delta-rs's ``TableOptimizer``: ``compact``, ``z_order``, and ``purge_deletion_vectors``
+        (Delta's ``REORG TABLE ... APPLY (PURGE)``), each from the loaded version."""
+        return TableOptimizer(lambda: self._snapshot, self._moved_to)

@@ -1,5 +1,6 @@
-"""Helpers of the row-level change tests: the same table for this library and delta-rs, and the
-rows and change feeds of both, normalised for comparison."""
+"""The row-level change tests' shared cases and helpers: the DELETE, UPDATE and MERGE cases every
+front end runs (``replay.DeltaTable``, delta-rs, the Spark ``DeltaTable``), the same table for
+this library and delta-rs, and the rows and change feeds of both, normalised for comparison."""
 
 from __future__ import annotations
 
@@ -13,11 +14,134 @@ from deltalake import DeltaTable as RustTable
 from deltalake import QueryBuilder
 
 from replay import DeltaLog, DeltaTable, table_changes, write_table
+from replay.dml.merge_clauses import MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE, ClauseSpec
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 DV = {"delta.enableDeletionVectors": "true"}
 DV_CDF = {**DV, **CDF}
 CHANGE_COLUMNS = ("_change_type", "_commit_version")
+
+# -- the cases ---------------------------------------------------------------------------------------
+ROWS = pa.table(
+    {
+        "id": pa.array([*range(12), None], pa.int64()),
+        "v": ["a", "b", None, "d", "e", "f", "g", None, "i", "j", "k", "l", "m"],
+        "p": pa.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, None, 2], pa.int32()),
+        "x": [i / 12 for i in range(13)],
+    }
+)
+"""The table of the DELETE and UPDATE cases."""
+
+DELETE_CASES: list[tuple[list[str] | None, str | None]] = [
+    (None, "id > 6"),
+    (None, "v IS NULL"),
+    (None, "id % 3 = 0 AND x < 0.5"),
+    (["p"], "p = 1"),
+    (["p"], "p = 1 AND id > 4"),
+    (["p"], "p IS NULL OR v = 'a'"),
+    (["p"], "id > 100"),
+    (["p"], None),
+    (None, None),
+]
+"""(partition columns, predicate) of each DELETE case."""
+
+UPDATE_CASES: list[tuple[list[str] | None, dict[str, str], str | None]] = [
+    (None, {"v": "upper(v)"}, "id > 6"),
+    (None, {"x": "x * 2", "v": "'z'"}, None),
+    (None, {"id": "id + 100"}, "v IS NULL"),
+    (["p"], {"x": "x + 1", "v": "lower(v)"}, "p = 1"),
+    (["p"], {"p": "p + 10"}, "id % 2 = 0"),
+    (["p"], {"p": "1"}, "p IS NULL OR id = 0"),
+    (["p"], {"v": "'never'"}, "id > 100"),
+]
+"""(partition columns, assignments, predicate) of each UPDATE case."""
+
+MERGE_TARGET = pa.table(
+    {
+        "id": pa.array([*range(10), None], pa.int64()),
+        "v": pa.array([0, 10, 20, None, 40, 50, 60, 70, 80, 90, 100], pa.int64()),
+        "p": pa.array([i % 3 for i in range(11)], pa.int32()),
+    }
+)
+MERGE_SOURCE = pa.table(
+    {
+        "id": pa.array([1, 3, 5, 7, 11, 12, None], pa.int64()),
+        "v": pa.array([11, 33, None, 77, 111, 122, 999], pa.int64()),
+        "p": pa.array([1, 0, 2, 1, 2, 0, 1], pa.int32()),
+    }
+)
+MERGE_CONDITION = "t.id = s.id"
+"""The ON condition of the MERGE cases (target alias ``t``, source alias ``s``)."""
+
+MERGE_CASES: dict[str, list[ClauseSpec]] = {
+    "upsert": [ClauseSpec(MATCHED, "update"), ClauseSpec(NOT_MATCHED, "insert")],
+    "update-only": [ClauseSpec(MATCHED, "update", None, {"v": "s.v + t.v"})],
+    "conditional": [
+        ClauseSpec(MATCHED, "update", "s.v > t.v", {"v": "s.v"}),
+        ClauseSpec(MATCHED, "delete", "t.v >= 50"),
+        ClauseSpec(NOT_MATCHED, "insert", "s.v < 500", {"id": "s.id", "v": "s.v", "p": "s.p"}),
+    ],
+    "by-source": [
+        ClauseSpec(MATCHED, "update"),
+        ClauseSpec(NOT_MATCHED_BY_SOURCE, "update", "t.p = 0", {"v": "t.v * 2"}),
+        ClauseSpec(NOT_MATCHED_BY_SOURCE, "delete"),
+    ],
+    "delete-matched": [ClauseSpec(MATCHED, "delete")],
+    "insert-only": [ClauseSpec(NOT_MATCHED, "insert")],
+    "move-partition": [ClauseSpec(MATCHED, "update", None, {"p": "s.p", "v": "s.v"})],
+    "by-source-only": [ClauseSpec(NOT_MATCHED_BY_SOURCE, "delete", "t.v > 30")],
+}
+"""The WHEN clauses of each MERGE case (``updates`` ``None``: ``*``)."""
+
+
+def python_merge(merger: Any, specs: list[ClauseSpec]) -> Any:
+    """Add ``specs`` to a merger with delta-rs's API (``replay.DeltaTable`` or delta-rs)."""
+    for spec in specs:
+        star = spec.updates is None
+        if spec.kind == MATCHED and spec.action == "update":
+            merger = (
+                merger.when_matched_update_all(spec.predicate)
+                if star
+                else merger.when_matched_update(spec.updates, spec.predicate)
+            )
+        elif spec.kind == MATCHED:
+            merger = merger.when_matched_delete(spec.predicate)
+        elif spec.kind == NOT_MATCHED:
+            merger = (
+                merger.when_not_matched_insert_all(spec.predicate)
+                if star
+                else merger.when_not_matched_insert(spec.updates, spec.predicate)
+            )
+        elif spec.action == "update":
+            merger = merger.when_not_matched_by_source_update(spec.updates, spec.predicate)
+        else:
+            merger = merger.when_not_matched_by_source_delete(spec.predicate)
+    return merger
+
+
+def spark_merge(builder: Any, specs: list[ClauseSpec]) -> Any:
+    """Add ``specs`` to a Spark ``DeltaMergeBuilder`` (Delta's API)."""
+    for spec in specs:
+        star = spec.updates is None
+        if spec.kind == MATCHED and spec.action == "update":
+            builder = (
+                builder.whenMatchedUpdateAll(spec.predicate)
+                if star
+                else builder.whenMatchedUpdate(spec.predicate, dict(spec.updates or {}))
+            )
+        elif spec.kind == MATCHED:
+            builder = builder.whenMatchedDelete(spec.predicate)
+        elif spec.kind == NOT_MATCHED:
+            builder = (
+                builder.whenNotMatchedInsertAll(spec.predicate)
+                if star
+                else builder.whenNotMatchedInsert(spec.predicate, dict(spec.updates or {}))
+            )
+        elif spec.action == "update":
+            builder = builder.whenNotMatchedBySourceUpdate(spec.predicate, dict(spec.updates or {}))
+        else:
+            builder = builder.whenNotMatchedBySourceDelete(spec.predicate)
+    return builder
 
 
 def twin_tables(
@@ -99,3 +223,22 @@ def files_under(root: str | Path) -> set[str]:
     """Every file below ``root`` but the log (relative paths), to find orphans."""
     base = Path(root)
     return {str(p.relative_to(base)) for p in base.rglob("*") if p.is_file() and "_delta_log" not in p.parts}
+
+
+TIMING_METRICS = {"executionTimeMs", "scanTimeMs", "rewriteTimeMs", "materializeSourceTimeMs"}
+
+
+def commit_summary(uri: str, version: int | None = None, conf: Any = None) -> dict[str, Any]:
+    """The ``commitInfo`` parts two front ends must agree on (timings left out)."""
+    log = DeltaLog.for_table(uri, conf)
+    entry = next(e for e in log.history() if version is None or e["version"] == version)
+    metrics = {k: v for k, v in (entry.get("operationMetrics") or {}).items() if k not in TIMING_METRICS}
+    return {
+        "version": entry["version"],
+        "operation": entry.get("operation"),
+        "operationParameters": entry.get("operationParameters"),
+        "operationMetrics": metrics,
+        "isBlindAppend": entry.get("isBlindAppend"),
+        "readVersion": entry.get("readVersion"),
+        "isolationLevel": entry.get("isolationLevel"),
+    }

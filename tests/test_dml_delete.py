@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from deltalake import DeltaTable as RustTable
 
@@ -14,7 +13,9 @@ from replay import AppendOnlyTableError, DeltaTable, write_table
 from replay.protocol.sql import ExpressionError
 from tests.dml_cases import (
     CDF,
+    DELETE_CASES,
     DV_CDF,
+    ROWS,
     files_under,
     last_commit_info,
     latest_version,
@@ -25,26 +26,8 @@ from tests.dml_cases import (
     twin_tables,
 )
 
-DATA = pa.table(
-    {
-        "id": pa.array([*range(12), None], pa.int64()),
-        "v": ["a", "b", None, "d", "e", "f", "g", None, "i", "j", "k", "l", "m"],
-        "p": pa.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, None, 2], pa.int32()),
-        "x": [i / 12 for i in range(13)],
-    }
-)
-
-CASES = [
-    (None, "id > 6"),
-    (None, "v IS NULL"),
-    (None, "id % 3 = 0 AND x < 0.5"),
-    (["p"], "p = 1"),
-    (["p"], "p = 1 AND id > 4"),
-    (["p"], "p IS NULL OR v = 'a'"),
-    (["p"], "id > 100"),
-    (["p"], None),
-    (None, None),
-]
+DATA = ROWS
+CASES = DELETE_CASES
 
 
 @pytest.mark.parametrize(("partition_by", "predicate"), CASES)

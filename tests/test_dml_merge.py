@@ -4,6 +4,7 @@ against a row-by-row model of Delta's MERGE semantics."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Callable
@@ -20,54 +21,31 @@ from hypothesis import strategies as st
 from replay import AppendOnlyTableError, DeltaTable, write_table
 from replay.data.reader import TableReader
 from replay.dml.errors import MergeResolutionError, MultipleSourceRowMatchError
-from replay.dml.merge import TableMerger
+from replay.dml.merge_builder import TableMerger
 from replay.protocol.sql import ExpressionError
 from tests.dml_cases import (
     CDF,
     DV_CDF,
+    MERGE_CASES,
+    MERGE_SOURCE,
+    MERGE_TARGET,
     files_under,
     last_commit_info,
     latest_version,
     our_changes,
     our_rows,
+    python_merge,
     rust_changes,
     rust_rows,
     twin_tables,
 )
 
-TARGET = pa.table(
-    {
-        "id": pa.array([*range(10), None], pa.int64()),
-        "v": pa.array([0, 10, 20, None, 40, 50, 60, 70, 80, 90, 100], pa.int64()),
-        "p": pa.array([i % 3 for i in range(11)], pa.int32()),
-    }
-)
-SOURCE = pa.table(
-    {
-        "id": pa.array([1, 3, 5, 7, 11, 12, None], pa.int64()),
-        "v": pa.array([11, 33, None, 77, 111, 122, 999], pa.int64()),
-        "p": pa.array([1, 0, 2, 1, 2, 0, 1], pa.int32()),
-    }
-)
+TARGET = MERGE_TARGET
+SOURCE = MERGE_SOURCE
 
 Build = Callable[[Any], Any]
 CLAUSES: dict[str, Build] = {
-    "upsert": lambda m: m.when_matched_update_all().when_not_matched_insert_all(),
-    "update-only": lambda m: m.when_matched_update({"v": "s.v + t.v"}),
-    "conditional": lambda m: (
-        m.when_matched_update({"v": "s.v"}, "s.v > t.v")
-        .when_matched_delete("t.v >= 50")
-        .when_not_matched_insert({"id": "s.id", "v": "s.v", "p": "s.p"}, "s.v < 500")
-    ),
-    "by-source": lambda m: (
-        m.when_matched_update_all()
-        .when_not_matched_by_source_update({"v": "t.v * 2"}, "t.p = 0")
-        .when_not_matched_by_source_delete()
-    ),
-    "delete-matched": lambda m: m.when_matched_delete(),
-    "insert-only": lambda m: m.when_not_matched_insert_all(),
-    "move-partition": lambda m: m.when_matched_update({"p": "s.p", "v": "s.v"}),
-    "by-source-only": lambda m: m.when_not_matched_by_source_delete("t.v > 30"),
+    name: functools.partial(python_merge, specs=specs) for name, specs in MERGE_CASES.items()
 }
 
 

@@ -19,6 +19,8 @@ from replay.txn.data_writer import InvariantViolationError
 from tests.dml_cases import (
     CDF,
     DV_CDF,
+    ROWS,
+    UPDATE_CASES,
     files_under,
     last_commit_info,
     latest_version,
@@ -29,24 +31,8 @@ from tests.dml_cases import (
     twin_tables,
 )
 
-DATA = pa.table(
-    {
-        "id": pa.array([*range(12), None], pa.int64()),
-        "v": ["a", "b", None, "d", "e", "f", "g", None, "i", "j", "k", "l", "m"],
-        "p": pa.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, None, 2], pa.int32()),
-        "x": [i / 12 for i in range(13)],
-    }
-)
-
-CASES: list[tuple[list[str] | None, dict[str, str], str | None]] = [
-    (None, {"v": "upper(v)"}, "id > 6"),
-    (None, {"x": "x * 2", "v": "'z'"}, None),
-    (None, {"id": "id + 100"}, "v IS NULL"),
-    (["p"], {"x": "x + 1", "v": "lower(v)"}, "p = 1"),
-    (["p"], {"p": "p + 10"}, "id % 2 = 0"),
-    (["p"], {"p": "1"}, "p IS NULL OR id = 0"),
-    (["p"], {"v": "'never'"}, "id > 100"),
-]
+DATA = ROWS
+CASES = UPDATE_CASES
 
 
 @pytest.mark.parametrize(("partition_by", "updates", "predicate"), CASES)

@@ -190,6 +190,7 @@ WRITE_PYTHON = ("Writing from Python", "from replay import DeltaLog, delete_file
 TRANSACTION = ("Transactions and concurrent writers", "from replay import DeltaLog, AddFile")
 CHANGING_ROWS = ("Changing rows", "from replay import DeltaTable")
 CDC_TO_MERGE = ("Changing rows", "import pyarrow as pa")
+COMPACTION = ("Compaction and Z-order", "from replay import DeltaTable")
 VACUUM = ("Vacuum", "from replay import DeltaTable")
 RESTORE = (
     "Restore",
@@ -199,6 +200,7 @@ ALTER = (
     "Changing properties and schema",
     'table.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})   # protocol -> (1, 4)',
 )
+SPARK_DML = ("Changing rows from Spark", "# from delta.tables import DeltaTable")
 RUN_HERE = {
     CREATE_LOG_STORE: "test_the_store_configuration_examples",
     FSSPEC_SCHEME: "test_the_store_configuration_examples",
@@ -210,12 +212,14 @@ RUN_HERE = {
     TRANSACTION: "test_the_python_examples_on_s3",
     CHANGING_ROWS: "test_the_python_examples_on_s3",
     CDC_TO_MERGE: "test_the_cdc_to_merge_pipeline_runs_as_written",
+    COMPACTION: "test_the_maintenance_examples_on_s3",
     VACUUM: "test_the_maintenance_examples_on_s3",
     RESTORE: "test_the_maintenance_examples_on_s3",
     ALTER: "test_the_maintenance_examples_on_s3",
     READ_SPARK: "test_the_spark_examples_on_s3",
     WRITE_SPARK: "test_the_spark_examples_on_s3",
     SESSION_STORE: "test_the_spark_examples_on_s3",
+    SPARK_DML: "test_the_spark_dml_example_runs_as_written",
 }
 """The examples run by a test of this module (besides the marked ones), and which test runs each."""
 
@@ -483,6 +487,19 @@ def test_the_maintenance_examples_on_s3(example_tables: ExampleTables) -> None:
     from replay import DeltaLog, write_table
 
     conf, bucket = example_tables.conf, example_tables.bucket
+    events = f"s3://{bucket}/compacted-events"
+    for index in range(4):
+        rows = pa.table(
+            {
+                "day": ["2024-06-01", "2024-06-02"],
+                "user_id": pa.array([index, index + 10], pa.int64()),
+                "ts": pa.array([index, index], pa.int64()),
+            }
+        )
+        write_table(events, rows, partition_by=["day"], conf=conf)
+    run_example(COMPACTION, {"s3://bucket/t": events}, {"conf": conf})
+    compacted = DeltaLog.for_table(events, conf).update()
+    assert compacted.num_files == 2 and compacted.to_arrow().num_rows == 8  # one file per day
     uri = f"s3://{bucket}/maintained"
     for version in range(7):
         rows = pa.table(
@@ -583,3 +600,37 @@ def test_the_spark_examples_on_s3(
             assert configured["spark"] is spark
             delegate = configured["store"].get_delegate(f"s3a://{bucket}/table/_delta_log/0.json")
             assert type(delegate).__name__ == "S3DynamoDBLogStore"
+
+
+@pytest.mark.spark
+def test_the_spark_dml_example_runs_as_written(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+    from pyspark.sql.functions import col
+
+    from replay import DeltaTable, write_table
+
+    uri = str(tmp_path / "events")
+    write_table(
+        uri,
+        pa.table(
+            {
+                "id": pa.array([1, 7, 9], pa.int64()),
+                "value": ["a", "b", "c"],
+                "n": pa.array([0, 0, 0], pa.int64()),
+                "day": ["2023-12-31", "2024-02-01", "2024-03-01"],
+                "status": ["new", "new", "new"],
+            }
+        ),
+    )
+    updates = spark.createDataFrame(
+        [(7, "B", 0, "2024-02-01", "new"), (8, "h", 0, "2024-04-01", "new")],
+        "id long, value string, n long, day string, status string",
+    )
+    run_example(SPARK_DML, {"s3a://bucket/events": uri}, {"spark": spark, "updates": updates, "col": col})
+    rows = sorted(DeltaTable(uri).to_pyarrow_table().to_pylist(), key=lambda row: row["id"])
+    assert [(r["id"], r["value"], r["n"], r["status"]) for r in rows] == [
+        (7, "B", 1, "shipped"),
+        (8, "h", 0, "new"),
+        (9, "c", 0, "new"),
+    ]
+    assert DeltaTable(uri).history(1)[0]["operation"] == "UPDATE"

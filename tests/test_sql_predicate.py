@@ -126,3 +126,13 @@ def test_a_literal_that_does_not_fit_its_column_is_named() -> None:
 def test_predicates_take_any_boolean_expression(text: str, rows: list[int | None]) -> None:
     predicate = parse_predicate(text)
     assert predicate.matching(TABLE)["x"].to_pylist() == rows
+
+
+def test_spark_non_reserved_keywords_name_columns() -> None:
+    """As in Spark (keywords are non-reserved unless ``spark.sql.ansi.enforceReservedKeywords``),
+    ``when``, ``end`` or ``in`` name columns where a value is expected."""
+    table = pa.table({"when": [1, 5], "end": [2, 2], "in": [0, 9]})
+    predicate = parse_predicate("when > end AND in = 9").resolve(table.column_names)
+    assert predicate.matching(table).column("when").to_pylist() == [5]
+    case = parse_predicate("CASE WHEN when > 1 THEN end = 2 ELSE false END").resolve(table.column_names)
+    assert case.matching(table).column("when").to_pylist() == [5]

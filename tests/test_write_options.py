@@ -20,7 +20,8 @@ from replay.protocol.table_properties import InvalidTablePropertyError
 from replay.txn.data_writer import InvariantViolationError, write_batches
 from replay.txn.schema_merge import SchemaMismatchError
 from replay.txn.write import delta_schema, write_table
-from replay.txn.write_plan import InvalidWriteOptionError, WriteOptions, commit_write, plan_write
+from replay.txn.write_commit import commit_write
+from replay.txn.write_plan import InvalidWriteOptionError, WriteOptions, plan_write
 
 
 def rows(path: Path | str, *columns: str) -> list[tuple[Any, ...]]:

@@ -232,6 +232,45 @@ def _emit_change(operation: str, committed: int | None, metrics: Mapping[str, in
     output.emit_mapping({"version": committed, **metrics}, as_json=as_json, title=title)
 
 
+def cmd_optimize(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    from replay import DeltaTable
+    from replay.cli import output
+
+    table = DeltaTable(args.uri, conf=conf)
+    options = {
+        "partition_filters": args.where,
+        "target_size": args.target_size,
+        "max_concurrent_tasks": args.max_concurrent_tasks,
+        "min_commit_interval": args.min_commit_interval,
+    }
+    started = table.version()
+    with output.working(f"Optimizing {args.uri}"):
+        if args.zorder_by:
+            columns = [name.strip() for name in args.zorder_by.split(",") if name.strip()]
+            metrics = table.optimize.z_order(columns, **options)
+        elif args.purge:
+            metrics = table.optimize.purge_deletion_vectors(**options)
+        else:
+            metrics = table.optimize.compact(**options)
+    result = {"version": table.version() if table.version() != started else None, **metrics}
+    output.emit_mapping(
+        result,
+        as_json=args.json,
+        title="Optimized" if result["version"] is not None else "Nothing to optimize",
+    )
+    return EXIT_OK
+
+
+def _byte_size(text: str) -> int:
+    """``--target-size``: bytes, or a size such as ``128mb``."""
+    from replay.protocol.table_properties import parse_byte_size
+
+    try:
+        return parse_byte_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay.cli.demo import run_demo
 
@@ -348,6 +387,32 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint = command("checkpoint", cmd_checkpoint, "Write a checkpoint of the latest version.")
     checkpoint.add_argument("uri")
     checkpoint.add_argument("--json", action="store_true")
+
+    optimize = command(
+        "optimize", cmd_optimize, "Compact small files (or Z-order, or purge deletion vectors)."
+    )
+    optimize.add_argument("uri")
+    optimize.add_argument(
+        "--where", metavar="EXPR", help="partitions to optimize, e.g. \"date >= '2024-01-01'\""
+    )
+    optimize.add_argument(
+        "--target-size", type=_byte_size, metavar="SIZE", help="file size to aim at, e.g. 256mb"
+    )
+    how = optimize.add_mutually_exclusive_group()
+    how.add_argument("--zorder-by", metavar="A,B", help="Z-order the partitions by these columns")
+    how.add_argument(
+        "--purge", action="store_true", help="rewrite the files with deleted rows (REORG ... PURGE)"
+    )
+    optimize.add_argument(
+        "--max-concurrent-tasks", type=_positive, metavar="N", help="files rewritten at once"
+    )
+    optimize.add_argument(
+        "--min-commit-interval",
+        type=float,
+        metavar="SECONDS",
+        help="commit finished work at least this often",
+    )
+    optimize.add_argument("--json", action="store_true")
 
     demo = command("demo", cmd_demo, "Build a small table and show every feature on it.")
     demo.add_argument("directory", nargs="?", default="demo-table")

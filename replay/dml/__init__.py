@@ -45,7 +45,11 @@ engine (Spark) can run the per-file part on executors:
    what was read. Written files are deleted only when nothing was committed.
 
 The local driver runs step 2 on the shared data pool (:mod:`~replay.dml.runner`), one file per
-worker, holding only the MERGE source and one file's rows per worker.
+worker, holding only the MERGE source and one file's rows per worker. The Spark front end
+(:mod:`replay.spark.delta_table`) shares steps 1 and 3 (:func:`~replay.dml.merge.bind_merge`,
+:func:`~replay.dml.delete.finish_delete`, :func:`~replay.dml.update.finish_update`,
+:func:`~replay.dml.merge_commit.finish_merge`): Spark joins and decides the rows, and its executors
+write each file's new state with :class:`~replay.dml.rewrite.FileRewriter`.
 """
 
 from replay.dml.commit import DmlResult
@@ -55,7 +59,8 @@ from replay.dml.errors import (
     MergeResolutionError,
     MultipleSourceRowMatchError,
 )
-from replay.dml.merge import MergePlan, PlannedMerge, TableMerger, merge_rows, plan_merge
+from replay.dml.merge import MergePlan, PlannedMerge, merge_rows, plan_merge
+from replay.dml.merge_builder import TableMerger
 from replay.dml.update import UpdatePlan, plan_update, update_rows
 
 __all__ = [

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -34,7 +35,7 @@ from replay.dml.commit import (
 )
 from replay.dml.context import DmlTable, candidate_files, deletion_vectors_enabled, dml_table
 from replay.dml.expressions import SqlText, true_positions
-from replay.dml.outputs import Sinks
+from replay.dml.outputs import SinkFiles, Sinks
 from replay.dml.rewrite import FileChange, FileRewriter, removal
 from replay.dml.runner import run_files
 from replay.dml.target_rows import read_target_rows
@@ -71,12 +72,15 @@ class DeletePlan:
         return rewriter.finish(deleted, counts=Counter(deleted=int(deleted.size)))
 
 
-def plan_delete(snapshot: Snapshot, predicate: str) -> tuple[DeletePlan, Predicate]:
+def plan_delete(
+    snapshot: Snapshot, predicate: str, *, alias: str | None = None
+) -> tuple[DeletePlan, Predicate]:
     """Bind ``predicate`` to the table (errors name unknown columns and functions with their
-    position) and check the table can be changed; returns the plan and its pruning predicate."""
+    position) and check the table can be changed; returns the plan and its pruning predicate.
+    With ``alias`` the predicate may also qualify the table's columns with it (``t.id``)."""
     dv = deletion_vectors_enabled(snapshot.config)
     table = dml_table(snapshot, removes_rows=True, change_data=not dv)
-    condition = SqlText(predicate, {"": table.read_schema}, kind="predicate")
+    condition = SqlText(predicate, {alias or "": table.read_schema}, kind="predicate")
     return DeletePlan(table, condition), condition.bound.to_predicate()
 
 
@@ -84,54 +88,84 @@ def delete_rows(snapshot: Snapshot, predicate: str | None = None) -> DmlResult:
     """Delete the rows of the table at ``snapshot`` matching ``predicate`` (all rows without one)."""
     started = time.perf_counter_ns()
     txn = snapshot_transaction(snapshot, OPERATION)
-    parameters = {"predicate": [predicate] if predicate is not None else []}
+    parameters = delete_parameters(predicate)
     if predicate is None:
         dml_table(snapshot, removes_rows=True)
         files = snapshot.files_table()
-        return _remove_whole_files(txn, files, None, parameters, started)
+        return remove_whole_files(txn, files, None, parameters, started)
     plan, pruning = plan_delete(snapshot, predicate)
     candidates = candidate_files(snapshot, pruning)
     if decided_by_partition_values(candidates, pruning, snapshot.config):
-        return _remove_whole_files(txn, candidates, pruning, parameters, started)
+        return remove_whole_files(txn, candidates, pruning, parameters, started)
     sinks = Sinks(plan.table)
     with discard_unless_committed(txn, sinks):
         changes = run_files(
             lambda f: plan.process_file(f, sinks), add_actions(candidates), plan.table.threads
         )
         scanned_ns = time.perf_counter_ns() - started
-        shared = sinks.close()
-        actions = file_actions(changes, shared, now_ms())
-        totals = FileTotals.of(changes)
-        scan_ms, rewrite_ms = totals.split_ms(scanned_ns)
-        added = added_files(actions)
-        metrics = _metrics(
-            added_files=len(added),
-            removed_files=totals.removed_files,
-            dv=(totals.dv_added, totals.dv_removed, totals.dv_updated),
-            change_files=len(shared.changes),
-            deleted_rows=totals.counts.get("deleted", 0),
-            copied_rows=totals.copied_rows,
-            scan_ms=scan_ms,
-            rewrite_ms=rewrite_ms,
-            removed_bytes=totals.removed_bytes,
-            added_bytes=sum(a.size for a in added),
-        )
-        return commit_dml(
+        return finish_delete(
             txn,
-            actions,
-            reads=pruning,
-            read_files=candidates,
+            changes,
+            sinks.close(),
+            pruning=pruning,
+            candidates=candidates,
             parameters=parameters,
-            metrics=metrics,
             started_ns=started,
+            scanned_ns=scanned_ns,
         )
 
 
-def _remove_whole_files(
+def delete_parameters(predicate: str | None) -> dict[str, list[str]]:
+    """Delta's DELETE ``operationParameters``."""
+    return {"predicate": [predicate] if predicate is not None else []}
+
+
+def finish_delete(
+    txn: Transaction,
+    changes: Sequence[FileChange],
+    shared: SinkFiles,
+    *,
+    pruning: Predicate,
+    candidates: pa.Table,
+    parameters: Mapping[str, object],
+    started_ns: int,
+    scanned_ns: int,
+) -> DmlResult:
+    """Commit the per-file results of a DELETE (however they were computed) with Delta's metrics;
+    what it read is the pruning predicate and the candidate files. The caller deletes the files
+    written when nothing was committed."""
+    actions = file_actions(changes, shared, now_ms())
+    totals = FileTotals.of(changes)
+    scan_ms, rewrite_ms = totals.split_ms(scanned_ns)
+    added = added_files(actions)
+    metrics = _metrics(
+        added_files=len(added),
+        removed_files=totals.removed_files,
+        dv=(totals.dv_added, totals.dv_removed, totals.dv_updated),
+        change_files=len(shared.changes),
+        deleted_rows=totals.counts.get("deleted", 0),
+        copied_rows=totals.copied_rows,
+        scan_ms=scan_ms,
+        rewrite_ms=rewrite_ms,
+        removed_bytes=totals.removed_bytes,
+        added_bytes=sum(a.size for a in added),
+    )
+    return commit_dml(
+        txn,
+        actions,
+        reads=pruning,
+        read_files=candidates,
+        parameters=parameters,
+        metrics=metrics,
+        started_ns=started_ns,
+    )
+
+
+def remove_whole_files(
     txn: Transaction,
     files: pa.Table,
     pruning: Predicate | None,
-    parameters: dict[str, list[str]],
+    parameters: Mapping[str, object],
     started: int,
 ) -> DmlResult:
     """Remove ``files`` without reading them (no predicate, or one partition values decide)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,16 +30,7 @@ import pyarrow as pa
 
 from replay.cdc.change_actions import CDC_TYPE_INSERT
 from replay.dml.assignments import regenerate
-from replay.dml.commit import (
-    DmlResult,
-    FileTotals,
-    added_files,
-    commit_dml,
-    discard_unless_committed,
-    elapsed_ms,
-    file_actions,
-    snapshot_transaction,
-)
+from replay.dml.commit import DmlResult, discard_unless_committed, elapsed_ms, snapshot_transaction
 from replay.dml.context import DmlTable, candidate_files, dml_table
 from replay.dml.errors import InvalidDmlArgumentError, multiple_source_rows_error
 from replay.dml.expressions import SqlText, true_positions
@@ -52,6 +43,7 @@ from replay.dml.merge_clauses import (
     MergeClause,
     resolve_clauses,
 )
+from replay.dml.merge_commit import finish_merge, merge_parameters
 from replay.dml.merge_join import MergeJoin, joined, pairs_mapping, source_key_ranges
 from replay.dml.outputs import Sinks
 from replay.dml.rewrite import EMPTY, FileChange, FileRewriter, align, change_rows
@@ -64,7 +56,6 @@ from replay.protocol.predicates import TRUE, And, Or, Predicate
 from replay.protocol.schema import StructType
 from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
-from replay.txn.committer import now_ms
 from replay.txn.write import ArrowData, arrow_stream, delta_schema
 from replay.txn.write_plan import protocol_for_schema
 
@@ -287,12 +278,24 @@ def materialize_source(source: ArrowData) -> pa.Table:
     return table if table.schema == storable else table.cast(storable)
 
 
-def _pruning(plan: MergePlan) -> Predicate:
+def check_aliases(source_alias: str, target_alias: str, table_path: str) -> None:
+    """The source and target aliases of a MERGE must differ (they qualify its columns)."""
+    if source_alias.lower() == target_alias.lower():
+        raise InvalidDmlArgumentError(
+            f"The source and target aliases of a MERGE must differ, both are {source_alias!r} "
+            f"(MERGE into table {table_path})",
+            table=table_path,
+        )
+
+
+def merge_pruning(plan: MergePlan, *, key_ranges: bool = True) -> Predicate:
     """The files a MERGE reads: those that may hold a row matching a source row, and with NOT
-    MATCHED BY SOURCE clauses those their conditions cannot exclude."""
+    MATCHED BY SOURCE clauses those their conditions cannot exclude. The source's key ranges
+    (``key_ranges=False``: none) come from ``plan.join.source``, which may hold only the columns
+    the join keys read."""
     target = plan.join.target_alias
     parts = [plan.join.condition.bound.to_predicate(scope=target)]
-    ranges = source_key_ranges(plan.join)
+    ranges = source_key_ranges(plan.join) if key_ranges else None
     if ranges is not None:
         parts.append(ranges)
     matching: Predicate = And(tuple(parts))
@@ -301,20 +304,6 @@ def _pruning(plan: MergePlan) -> Predicate:
         return matching
     conditions = [c.condition.bound.to_predicate(scope=target) if c.condition else TRUE for c in by_source]
     return Or((matching, *conditions))
-
-
-def _merge_parameters(condition: str, specs: Sequence[ClauseSpec]) -> dict[str, object]:
-    """Delta's MERGE ``operationParameters``: the condition, then each kind's clauses in order."""
-
-    def of(kind: str) -> list[dict[str, str]]:
-        return [spec.operation_parameter() for spec in specs if spec.kind == kind]
-
-    return {
-        "predicate": [condition],
-        "matchedPredicates": of(MATCHED),
-        "notMatchedPredicates": of(NOT_MATCHED),
-        "notMatchedBySourcePredicates": of(NOT_MATCHED_BY_SOURCE),
-    }
 
 
 @dataclass(frozen=True)
@@ -329,6 +318,44 @@ class PlannedMerge:
     materialize_ms: int
 
 
+def bind_merge(
+    snapshot: Snapshot,
+    source: pa.Table,
+    predicate: str,
+    specs: Sequence[ClauseSpec],
+    *,
+    source_alias: str = "source",
+    target_alias: str = "target",
+    merge_schema: bool = False,
+) -> tuple[MergePlan, tuple[Action, ...]]:
+    """Bind the ON condition and the clauses over the target and ``source`` (errors name unknown
+    columns and functions with their position), evolve the schema if asked and check that the
+    table can be changed; returns the plan and the schema evolution's actions.
+
+    ``source`` is the whole source for the per-file work of :func:`merge_rows`; an engine that
+    joins the source itself may pass only the columns the join keys read (for
+    :func:`merge_pruning`), or an empty table of the source's schema."""
+    table_path = snapshot.io.table_path
+    check_aliases(source_alias, target_alias, table_path)
+    snapshot.config.check_writable()
+    aliases = Aliases(target_alias, source_alias)
+    now = _dt.datetime.now(_dt.UTC)
+    clauses, final_schema = resolve_clauses(
+        specs, snapshot.schema, source.schema, aliases, evolve=merge_schema, table=table_path, now=now
+    )
+    metadata_actions, after = _evolution(snapshot, final_schema)
+    removes_rows = any(spec.kind != NOT_MATCHED for spec in specs)
+    table = dml_table(snapshot, removes_rows=removes_rows, after=after)
+    condition = SqlText(
+        predicate,
+        {target_alias: table.read_schema, source_alias: source.schema},
+        kind="predicate",
+        now=now,
+    )
+    plan = MergePlan(table, MergeJoin(condition, target_alias, source_alias, source), tuple(clauses))
+    return plan, tuple(metadata_actions)
+
+
 def plan_merge(
     snapshot: Snapshot,
     source: ArrowData,
@@ -339,36 +366,23 @@ def plan_merge(
     target_alias: str = "target",
     merge_schema: bool = False,
 ) -> PlannedMerge:
-    """Read the source, bind the ON condition and the clauses (errors name unknown columns and
-    functions with their position), evolve the schema if asked, check that the table can be
-    changed, and compute the pruning predicate."""
+    """Read the source, bind the ON condition and the clauses (:func:`bind_merge`) and compute
+    the pruning predicate."""
     started = time.perf_counter_ns()
-    table_path = snapshot.io.table_path
-    if source_alias.lower() == target_alias.lower():
-        raise InvalidDmlArgumentError(
-            f"The source and target aliases of a MERGE must differ, both are {source_alias!r} "
-            f"(MERGE into table {table_path})",
-            table=table_path,
-        )
+    check_aliases(source_alias, target_alias, snapshot.io.table_path)
     snapshot.config.check_writable()
     source_table = materialize_source(source)
     materialized_ms = elapsed_ms(started)
-    aliases = Aliases(target_alias, source_alias)
-    now = _dt.datetime.now(_dt.UTC)
-    clauses, final_schema = resolve_clauses(
-        specs, snapshot.schema, source_table.schema, aliases, evolve=merge_schema, table=table_path, now=now
-    )
-    metadata_actions, after = _evolution(snapshot, final_schema)
-    removes_rows = any(spec.kind != NOT_MATCHED for spec in specs)
-    table = dml_table(snapshot, removes_rows=removes_rows, after=after)
-    condition = SqlText(
+    plan, metadata_actions = bind_merge(
+        snapshot,
+        source_table,
         predicate,
-        {target_alias: table.read_schema, source_alias: source_table.schema},
-        kind="predicate",
-        now=now,
+        specs,
+        source_alias=source_alias,
+        target_alias=target_alias,
+        merge_schema=merge_schema,
     )
-    plan = MergePlan(table, MergeJoin(condition, target_alias, source_alias, source_table), tuple(clauses))
-    return PlannedMerge(plan, _pruning(plan), tuple(metadata_actions), materialized_ms)
+    return PlannedMerge(plan, merge_pruning(plan), metadata_actions, materialized_ms)
 
 
 def merge_rows(
@@ -404,23 +418,19 @@ def merge_rows(
         inserted = plan.insert_unmatched(
             [c.matched_source for c in changes if c.matched_source is not None], sinks
         )
-        shared = sinks.close()
-        actions: list[Action] = [*planned.metadata_actions, *file_actions(changes, shared, now_ms())]
-        totals = FileTotals.of(changes)
-        scan_ms, rewrite_ms = totals.split_ms(scanned_ns)
-        rewrite_ms += max(0, elapsed_ms(started) - scanned_ns // 1_000_000)
-        metrics = _metrics(plan.join.source.num_rows, totals, inserted, actions, len(shared.changes))
-        metrics.update(
-            materializeSourceTimeMs=planned.materialize_ms, scanTimeMs=scan_ms, rewriteTimeMs=rewrite_ms
-        )
-        return commit_dml(
+        return finish_merge(
             txn,
-            actions,
-            reads=planned.pruning,
-            read_files=candidates,
-            parameters=_merge_parameters(predicate, specs),
-            metrics=metrics,
+            changes,
+            sinks.close(),
+            inserted,
+            metadata_actions=planned.metadata_actions,
+            source_rows=plan.join.source.num_rows,
+            pruning=planned.pruning,
+            candidates=candidates,
+            parameters=merge_parameters(predicate, specs),
+            materialize_ms=planned.materialize_ms,
             started_ns=started,
+            scanned_ns=scanned_ns,
         )
 
 
@@ -434,129 +444,3 @@ def _evolution(snapshot: Snapshot, schema: StructType) -> tuple[list[Action], Ta
     upgraded = protocol if protocol != snapshot.protocol else None
     actions: list[Action] = [upgraded, metadata] if upgraded is not None else [metadata]
     return actions, snapshot.config.updated(upgraded, metadata)
-
-
-def _metrics(
-    source_rows: int, totals: FileTotals, inserted: Counter[str], actions: Sequence[Action], change_files: int
-) -> dict[str, int]:
-    """Delta's MERGE metrics (``DeltaOperationMetrics.MERGE``, DV counts as Delta reports them)."""
-    counts = totals.counts
-    added = added_files(actions)
-    updated = counts.get("matchedUpdated", 0) + counts.get("notMatchedBySourceUpdated", 0)
-    deleted = counts.get("matchedDeleted", 0) + counts.get("notMatchedBySourceDeleted", 0)
-    rows_inserted = inserted.get("inserted", 0)
-    return {
-        "numSourceRows": source_rows,
-        "numTargetRowsInserted": rows_inserted,
-        "numTargetRowsUpdated": updated,
-        "numTargetRowsMatchedUpdated": counts.get("matchedUpdated", 0),
-        "numTargetRowsNotMatchedBySourceUpdated": counts.get("notMatchedBySourceUpdated", 0),
-        "numTargetRowsDeleted": deleted,
-        "numTargetRowsMatchedDeleted": counts.get("matchedDeleted", 0),
-        "numTargetRowsNotMatchedBySourceDeleted": counts.get("notMatchedBySourceDeleted", 0),
-        "numTargetRowsCopied": totals.copied_rows,
-        "numTargetBytesAdded": sum(a.size for a in added),
-        "numTargetBytesRemoved": totals.removed_bytes,
-        "numOutputRows": rows_inserted + updated + totals.copied_rows,
-        "numTargetFilesAdded": len(added),
-        "numTargetFilesRemoved": totals.removed_files,
-        "numTargetChangeFilesAdded": change_files,
-        "executionTimeMs": 0,
-        "materializeSourceTimeMs": 0,
-        "scanTimeMs": 0,
-        "rewriteTimeMs": 0,
-        "numTargetDeletionVectorsAdded": totals.dv_added + totals.dv_updated,
-        "numTargetDeletionVectorsRemoved": totals.dv_removed + totals.dv_updated,
-        "numTargetDeletionVectorsUpdated": totals.dv_updated,
-    }
-
-
-# -- the builder (delta-rs's TableMerger) ----------------------------------------------------------
-class TableMerger:
-    """A MERGE being built: add WHEN clauses (each method returns the merger), then
-    :meth:`execute`. Clauses apply in the order they are added, within each kind."""
-
-    def __init__(
-        self,
-        snapshot: Snapshot,
-        source: ArrowData,
-        predicate: str,
-        *,
-        source_alias: str = "source",
-        target_alias: str = "target",
-        merge_schema: bool = False,
-        on_commit: Callable[[int | None], None] | None = None,
-    ) -> None:
-        self._snapshot = snapshot
-        self._source = source
-        self._predicate = predicate
-        self._source_alias = source_alias
-        self._target_alias = target_alias
-        self._merge_schema = merge_schema
-        self._on_commit = on_commit
-        self._specs: list[ClauseSpec] = []
-        self._executed = False
-
-    def _add(self, spec: ClauseSpec) -> TableMerger:
-        self._specs.append(spec)
-        return self
-
-    def when_matched_update(self, updates: Mapping[str, str], predicate: str | None = None) -> TableMerger:
-        """Update matched target rows: ``updates`` maps target columns to SQL expressions over
-        target and source."""
-        return self._add(ClauseSpec(MATCHED, "update", predicate, dict(updates)))
-
-    def when_matched_update_all(
-        self, predicate: str | None = None, except_cols: Iterable[str] | None = None
-    ) -> TableMerger:
-        """Update every column of matched target rows from the source column of the same name."""
-        return self._add(ClauseSpec(MATCHED, "update", predicate, None, tuple(except_cols or ())))
-
-    def when_matched_delete(self, predicate: str | None = None) -> TableMerger:
-        """Delete matched target rows."""
-        return self._add(ClauseSpec(MATCHED, "delete", predicate))
-
-    def when_not_matched_insert(
-        self, updates: Mapping[str, str], predicate: str | None = None
-    ) -> TableMerger:
-        """Insert source rows no target row matched: ``updates`` maps target columns to SQL
-        expressions over the source (other columns are null)."""
-        return self._add(ClauseSpec(NOT_MATCHED, "insert", predicate, dict(updates)))
-
-    def when_not_matched_insert_all(
-        self, predicate: str | None = None, except_cols: Iterable[str] | None = None
-    ) -> TableMerger:
-        """Insert source rows no target row matched, every column from the source."""
-        return self._add(ClauseSpec(NOT_MATCHED, "insert", predicate, None, tuple(except_cols or ())))
-
-    def when_not_matched_by_source_update(
-        self, updates: Mapping[str, str], predicate: str | None = None
-    ) -> TableMerger:
-        """Update target rows no source row matched (expressions over the target)."""
-        return self._add(ClauseSpec(NOT_MATCHED_BY_SOURCE, "update", predicate, dict(updates)))
-
-    def when_not_matched_by_source_delete(self, predicate: str | None = None) -> TableMerger:
-        """Delete target rows no source row matched."""
-        return self._add(ClauseSpec(NOT_MATCHED_BY_SOURCE, "delete", predicate))
-
-    def execute(self) -> dict[str, int]:
-        """Run the MERGE and commit it; returns Delta's metrics. Raises
-        :class:`~replay.dml.errors.MultipleSourceRowMatchError` when several source rows match
-        one target row (nothing is committed)."""
-        if self._executed:
-            raise InvalidDmlArgumentError(
-                "This MERGE was already executed", table=self._snapshot.io.table_path
-            )
-        self._executed = True
-        result = merge_rows(
-            self._snapshot,
-            self._source,
-            self._predicate,
-            self._specs,
-            source_alias=self._source_alias,
-            target_alias=self._target_alias,
-            merge_schema=self._merge_schema,
-        )
-        if self._on_commit is not None:
-            self._on_commit(result.version)
-        return result.metrics

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from replay.dml.assignments import (
     apply_assignments,
@@ -42,7 +43,7 @@ from replay.dml.commit import (
 from replay.dml.context import DmlTable, candidate_files, dml_table
 from replay.dml.errors import InvalidDmlArgumentError
 from replay.dml.expressions import Assignment, LiteralValue, SqlText, true_positions
-from replay.dml.outputs import Sinks
+from replay.dml.outputs import SinkFiles, Sinks
 from replay.dml.rewrite import EMPTY, FileChange, FileRewriter
 from replay.dml.runner import run_files
 from replay.dml.target_rows import read_target_rows
@@ -51,6 +52,7 @@ from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import Predicate
 from replay.state.snapshot import Snapshot
 from replay.txn.committer import now_ms
+from replay.txn.transaction import Transaction
 
 OPERATION = "UPDATE"
 
@@ -92,6 +94,7 @@ def _assignments(
     table: DmlTable,
     updates: Mapping[str, str] | None,
     new_values: Mapping[str, Any] | None,
+    scope: str = "",
 ) -> dict[str, Assignment]:
     """The column -> value assignments (delta-rs's rules: ``updates`` SQL or ``new_values`` Python
     values, one of the two)."""
@@ -122,7 +125,7 @@ def _assignments(
                     f"The values of the updates parameter must all be SQL strings. Got {dict(updates)}. "
                     "Did you mean to use the new_values parameter?"
                 )
-            resolved[column] = SqlText(value, {"": schema}, target=target, column=column)
+            resolved[column] = SqlText(value, {scope: schema}, target=target, column=column)
         else:
             resolved[column] = LiteralValue(value, target, column)
     for assignment in resolved.values():
@@ -139,17 +142,25 @@ def plan_update(
     updates: Mapping[str, str] | None = None,
     new_values: Mapping[str, Any] | None = None,
     predicate: str | None = None,
+    *,
+    alias: str | None = None,
 ) -> tuple[UpdatePlan, Predicate | None]:
     """Bind the assignments and ``predicate`` and check the table can be changed; returns the
-    plan and its pruning predicate (``None``: every file)."""
+    plan and its pruning predicate (``None``: every file). With ``alias`` the expressions may
+    also qualify the table's columns with it (``t.id``)."""
     table = dml_table(snapshot, removes_rows=True)
-    assignments = _assignments(table, updates, new_values)
+    assignments = _assignments(table, updates, new_values, alias or "")
     condition = None
     pruning = None
     if predicate is not None:
-        condition = SqlText(predicate, {"": table.read_schema}, kind="predicate")
+        condition = SqlText(predicate, {alias or "": table.read_schema}, kind="predicate")
         pruning = condition.bound.to_predicate()
     return UpdatePlan(table, condition, assignments), pruning
+
+
+def update_parameters(predicate: str | None) -> dict[str, list[str]]:
+    """Delta's UPDATE ``operationParameters``."""
+    return {"predicate": [predicate] if predicate is not None else []}
 
 
 def update_rows(
@@ -169,32 +180,57 @@ def update_rows(
             lambda f: plan.process_file(f, sinks), add_actions(candidates), plan.table.threads
         )
         scanned_ns = time.perf_counter_ns() - started
-        shared = sinks.close()
-        actions = file_actions(changes, shared, now_ms())
-        totals = FileTotals.of(changes)
-        scan_ms, rewrite_ms = totals.split_ms(scanned_ns)
-        added = added_files(actions)
-        metrics = {
-            "numAddedFiles": len(added),
-            "numRemovedFiles": totals.removed_files,
-            "numAddedChangeFiles": len(shared.changes),
-            "numDeletionVectorsAdded": totals.dv_added + totals.dv_updated,
-            "numDeletionVectorsRemoved": totals.dv_removed + totals.dv_updated,
-            "numDeletionVectorsUpdated": totals.dv_updated,
-            "numUpdatedRows": totals.counts.get("updated", 0),
-            "numCopiedRows": totals.copied_rows,
-            "executionTimeMs": 0,
-            "scanTimeMs": scan_ms,
-            "rewriteTimeMs": rewrite_ms,
-            "numRemovedBytes": totals.removed_bytes,
-            "numAddedBytes": sum(a.size for a in added),
-        }
-        return commit_dml(
+        return finish_update(
             txn,
-            actions,
-            reads=pruning,
-            read_files=candidates,
-            parameters={"predicate": [predicate] if predicate is not None else []},
-            metrics=metrics,
+            changes,
+            sinks.close(),
+            pruning=pruning,
+            candidates=candidates,
+            parameters=update_parameters(predicate),
             started_ns=started,
+            scanned_ns=scanned_ns,
         )
+
+
+def finish_update(
+    txn: Transaction,
+    changes: Sequence[FileChange],
+    shared: SinkFiles,
+    *,
+    pruning: Predicate | None,
+    candidates: pa.Table,
+    parameters: Mapping[str, object],
+    started_ns: int,
+    scanned_ns: int,
+) -> DmlResult:
+    """Commit the per-file results of an UPDATE (however they were computed) with Delta's
+    metrics; what it read is the pruning predicate and the candidate files. The caller deletes
+    the files written when nothing was committed."""
+    actions = file_actions(changes, shared, now_ms())
+    totals = FileTotals.of(changes)
+    scan_ms, rewrite_ms = totals.split_ms(scanned_ns)
+    added = added_files(actions)
+    metrics = {
+        "numAddedFiles": len(added),
+        "numRemovedFiles": totals.removed_files,
+        "numAddedChangeFiles": len(shared.changes),
+        "numDeletionVectorsAdded": totals.dv_added + totals.dv_updated,
+        "numDeletionVectorsRemoved": totals.dv_removed + totals.dv_updated,
+        "numDeletionVectorsUpdated": totals.dv_updated,
+        "numUpdatedRows": totals.counts.get("updated", 0),
+        "numCopiedRows": totals.copied_rows,
+        "executionTimeMs": 0,
+        "scanTimeMs": scan_ms,
+        "rewriteTimeMs": rewrite_ms,
+        "numRemovedBytes": totals.removed_bytes,
+        "numAddedBytes": sum(a.size for a in added),
+    }
+    return commit_dml(
+        txn,
+        actions,
+        reads=pruning,
+        read_files=candidates,
+        parameters=parameters,
+        metrics=metrics,
+        started_ns=started_ns,
+    )

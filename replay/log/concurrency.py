@@ -35,17 +35,22 @@ class Work(Enum):
     LOG = "log"
     DATA = "data"
     SCAN = "scan"
+    REWRITE = "rewrite"
+    """Rewrites of groups of data files (compaction): each reads through the data and scan pools."""
 
 
 def default_threads(work: Work, local: bool) -> int:
     """Threads for ``work`` on local (or in-memory) storage or on remote storage.
 
     Locally, log parsing uses up to 4 cores; data decoding a little more than the cores, which
-    keeps them busy while each file is opened. Remotely, :data:`REMOTE_THREADS` requests overlap.
+    keeps them busy while each file is opened; rewrites one per core (each encodes its own
+    output). Remotely, :data:`REMOTE_THREADS` requests overlap.
     """
+    cpus = os.cpu_count() or 4
+    if work is Work.REWRITE:
+        return max(2, min(cpus, REMOTE_THREADS))
     if not local:
         return REMOTE_THREADS
-    cpus = os.cpu_count() or 4
     return min(cpus, 4) if work is Work.LOG else max(4, min(8, cpus))
 
 

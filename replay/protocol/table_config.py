@@ -19,6 +19,7 @@ from replay.protocol.errors import AppendOnlyTableError, UnsupportedTableFeature
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_properties import (
     APPEND_ONLY,
+    AUTO_COMPACT,
     CHECKPOINT_INTERVAL,
     COLUMN_MAPPING_MODE,
     DATA_SKIPPING_NUM_INDEXED_COLS,
@@ -31,6 +32,7 @@ from replay.protocol.table_properties import (
     ISOLATION_LEVEL,
     LOG_RETENTION,
     SET_TRANSACTION_RETENTION,
+    TARGET_FILE_SIZE,
 )
 
 SUPPORTED_READER_VERSION = 3
@@ -247,6 +249,16 @@ class TableConfiguration:
     @cached_property
     def column_mapping_mode(self) -> str:
         return COLUMN_MAPPING_MODE.value_in(self.configuration)
+
+    @cached_property
+    def target_file_size(self) -> int | None:
+        """``delta.targetFileSize`` in bytes (``None``: unset)."""
+        return TARGET_FILE_SIZE.value_in(self.configuration)
+
+    @cached_property
+    def auto_compact(self) -> bool:
+        """``delta.autoOptimize.autoCompact``."""
+        return AUTO_COMPACT.value_in(self.configuration)
 
     def min_file_retention_timestamp(self, now_ms: int) -> int:
         """Tombstones deleted at or before this time (ms) are expired."""

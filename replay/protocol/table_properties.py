@@ -81,6 +81,22 @@ def parse_non_negative_int(text: str) -> int:
     return value
 
 
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_BYTE_SIZE_RE = re.compile(r"(\d+)\s*([kmgtp]?)b?")
+
+
+def parse_byte_size(text: str) -> int:
+    """A size in bytes as Spark reads one (``byteStringAsBytes``): ``134217728``, ``128m``,
+    ``128mb``, ``1g`` (binary multiples, any case). Must be positive."""
+    match = _BYTE_SIZE_RE.fullmatch(text.strip().lower())
+    if match is None:
+        raise ValueError("expected a size such as 134217728, 128mb or 1g")
+    value = int(match.group(1)) * _BYTE_UNITS[match.group(2)]
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
 def parse_column_mapping_mode(text: str) -> str:
     mode = text.strip().lower()
     if mode not in ("none", "name", "id"):
@@ -152,6 +168,14 @@ ISOLATION_LEVEL = TableProperty(
 )
 RANDOMIZE_FILE_PREFIXES = TableProperty("delta.randomizeFilePrefixes", False, parse_bool)
 RANDOM_PREFIX_LENGTH = TableProperty("delta.randomPrefixLength", 2, parse_positive_int)
+TARGET_FILE_SIZE: TableProperty[int | None] = TableProperty(
+    "delta.targetFileSize", None, _optional(parse_byte_size)
+)
+"""The size OPTIMIZE aims its files at. Unset, OPTIMIZE uses the session setting
+``spark.databricks.delta.optimize.maxFileSize`` (Delta's default 1 GiB)."""
+AUTO_COMPACT = TableProperty("delta.autoOptimize.autoCompact", False, parse_bool)
+"""Compact small files after each write that adds files (Delta's auto compaction); the session
+setting ``spark.databricks.delta.autoCompact.enabled`` overrides it."""
 
 KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     APPEND_ONLY,
@@ -171,6 +195,8 @@ KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     ISOLATION_LEVEL,
     RANDOMIZE_FILE_PREFIXES,
     RANDOM_PREFIX_LENGTH,
+    TARGET_FILE_SIZE,
+    AUTO_COMPACT,
 )
 """Every property this library parses."""
 
@@ -212,7 +238,6 @@ PASS_THROUGH_KEYS = (
     "delta.checkpointRetentionDuration",
     "delta.minReaderVersion",
     "delta.minWriterVersion",
-    "delta.targetFileSize",
     "delta.tuneFileSizesForRewrites",
     "delta.dataSkippingStatsColumns",
 )

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
@@ -18,6 +19,7 @@ from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import TRUE, And, Predicate
 from replay.spark.filters import to_predicate
 from replay.spark.partitions import FilesPartition, record_batches, split_reads
+from replay.spark.row_ids import row_id_batches
 from replay.spark.settings import ReadSettings
 from replay.spark.worker_errors import errors_first
 from replay.state.pruning import decided_by_partition_values, prune
@@ -69,6 +71,9 @@ class DeltaLogBatchReader(DataSourceReader):
             snapshot.table_path, snapshot.metadata, snapshot.protocol, self.settings.conf
         )
         files = snapshot.files_table()
+        if self.settings.only_files is not None:
+            wanted = pa.array(self.settings.only_files, pa.string())
+            files = files.filter(pc.is_in(files.column("path"), value_set=wanted))
         if pushed != TRUE:
             kept = prune(files, pushed, snapshot.config)
             logger.debug("pushed filters keep %d of %d files of %s", kept.num_rows, files.num_rows, snapshot)
@@ -86,7 +91,10 @@ class DeltaLogBatchReader(DataSourceReader):
         if not isinstance(partition, FilesPartition):  # Spark plans one empty partition for none
             return
         reader, _ = self._plan or self._make_plan()
-        yield from record_batches(reader, partition, self.settings.read_change_feed, self.schema)
+        if self.settings.row_ids:
+            yield from row_id_batches(reader, partition, self.schema, self.settings.only_files)
+        else:
+            yield from record_batches(reader, partition, self.settings.read_change_feed, self.schema)
 
 
 class DeltaLogPushdownReader(DeltaLogBatchReader):

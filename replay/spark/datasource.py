@@ -52,10 +52,11 @@ from replay.spark.batch_reader import (
     change_read_snapshot_of,
     table_snapshot,
 )
-from replay.spark.options import TIME_ZONE_KEY
+from replay.spark.options import TIME_ZONE_KEY, InvalidOptionError
+from replay.spark.row_ids import scan_schema
 from replay.spark.schema import spark_schema
 from replay.spark.session_conf import SessionLink
-from replay.spark.settings import PUSHDOWN_KEY, SESSION_KEYS, ReadSettings, session_settings
+from replay.spark.settings import PUSHDOWN_KEY, SESSION_KEYS, ReadSettings, session_settings, storage_conf
 from replay.spark.stream_reader import DeltaLogStreamReader
 from replay.spark.worker_errors import errors_first
 from replay.spark.writer import WRITE_SESSION_KEYS, batch_writer, stream_writer
@@ -113,7 +114,14 @@ class DeltaLogDataSource(DataSource):
             snapshot = table_snapshot(delta_log, settings)
             self.version = snapshot.version
         schema_string = snapshot.metadata.schema_string or snapshot.schema.to_json()
-        return spark_schema(schema_string, settings.read_change_feed)
+        schema = spark_schema(schema_string, settings.read_change_feed)
+        if settings.only_columns is None and not settings.row_ids:
+            return schema
+        if settings.read_change_feed:
+            raise InvalidOptionError(
+                "The internal row-level change options do not apply to change feed reads"
+            )
+        return scan_schema(schema, settings.only_columns, settings.row_ids)
 
     def _release_link(self) -> None:
         """Forget the session link: what comes next is pickled for executors."""
@@ -209,6 +217,18 @@ def _captured_settings(spark: SparkSession) -> dict[str, str]:
     return session_settings(conf)
 
 
+DELTA_SQL_CONF_PREFIX = "spark.databricks.delta."
+
+
+def session_storage_settings(spark: SparkSession) -> dict[str, str]:
+    """The settings of ``spark`` that driver-side work on a table reads now: storage settings and
+    Delta's SQL confs (``spark.databricks.delta.*``, e.g. VACUUM's retention check)."""
+    conf = to_conf_dict(spark)
+    settings = storage_conf(conf)
+    settings.update({key: value for key, value in conf.items() if key.startswith(DELTA_SQL_CONF_PREFIX)})
+    return settings
+
+
 def session_time_zone(spark: SparkSession) -> str | None:
     """``spark.sql.session.timeZone`` as Spark applies it: the value set, else Spark's default (the
     JVM's zone). ``spark.conf.get(key, None)`` would give ``None`` for an unset key."""
@@ -216,6 +236,26 @@ def session_time_zone(spark: SparkSession) -> str | None:
         return str(spark.conf.get(TIME_ZONE_KEY))
     except Exception:  # noqa: BLE001 - Spark Connect or an old session: the library's UTC applies
         return None
+
+
+_REGISTERED: set[str] = set()
+"""The sessions :func:`register` ran on (by session id)."""
+
+
+def _session_key(spark: SparkSession) -> str | None:
+    """The id of a classic or Spark Connect session (``None`` if it has none)."""
+    try:
+        jsession: Any = getattr(spark, "_jsparkSession", None)
+        return str(jsession.sessionUUID()) if jsession is not None else str(spark.session_id)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an object without an id: register every time
+        return None
+
+
+def ensure_registered(spark: SparkSession) -> None:
+    """Register the data sources on ``spark`` unless :func:`register` already did."""
+    key = _session_key(spark)
+    if key is None or key not in _REGISTERED:
+        register(spark)
 
 
 def register(spark: SparkSession) -> type[DeltaLogDataSource]:
@@ -248,4 +288,7 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     spark.dataSource.register(configured)
     if not delta_source_on_classpath(spark):
         spark.dataSource.register(_configured("ConfiguredDeltaDataSource", DELTA_FORMAT_NAME, conf, link))
+    key = _session_key(spark)
+    if key is not None:
+        _REGISTERED.add(key)
     return configured

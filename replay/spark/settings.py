@@ -28,6 +28,7 @@ from replay.spark.options import (
     version_option,
     version_value,
 )
+from replay.spark.row_ids import COLUMNS_OPTION, FILES_OPTION, ROW_IDS_OPTION, name_list
 from replay.spark.writer import WRITE_SESSION_KEYS
 
 STORAGE_KEY_PREFIXES = (
@@ -108,6 +109,12 @@ class ReadSettings:
     exclude_regex: str | None = None
     stream_options: StreamOptions = field(default_factory=StreamOptions)
     allow_out_of_range: bool = False
+    only_files: tuple[str, ...] | None = None
+    """Internal: read only these files of the snapshot (:mod:`replay.spark.row_ids`)."""
+    only_columns: tuple[str, ...] | None = None
+    """Internal: read only these columns."""
+    row_ids: bool = False
+    """Internal: add each row's file and physical row index."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], session_conf: Mapping[str, str]) -> ReadSettings:
@@ -152,4 +159,7 @@ class ReadSettings:
                 skip_change_commits=bool_option(lowered, "skipchangecommits"),
             ),
             allow_out_of_range=out_of_range.strip().lower() == "true",
+            only_files=name_list(lowered, FILES_OPTION),
+            only_columns=name_list(lowered, COLUMNS_OPTION),
+            row_ids=bool_option(lowered, ROW_IDS_OPTION.lower()),
         )

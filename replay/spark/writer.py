@@ -48,11 +48,11 @@ from replay.spark.options import bool_option, column_list, int_value, lower_keys
 from replay.spark.worker_errors import errors_first
 from replay.txn.data_writer import WrittenFile, delete_data_files, write_batches
 from replay.txn.transaction import transaction_committed
+from replay.txn.write_commit import commit_write
 from replay.txn.write_plan import (
     InvalidWriteOptionError,
     WriteOptions,
     WritePlan,
-    commit_write,
     latest_snapshot,
     plan_write,
 )

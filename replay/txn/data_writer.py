@@ -360,6 +360,10 @@ class _OpenFile:
         )
         return writer
 
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buffered_bytes
+
     def _flush(self) -> None:
         if not self._buffer:
             return
@@ -509,6 +513,17 @@ class DataFileWriter:
         opened = self._open.pop(key)
         values = dict(zip(self.spec.partition_columns, key, strict=True))
         self._written.append(opened.close(values, int(time.time() * 1000)))
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of rows the open files buffer before encoding them (up to a row group each)."""
+        return sum(opened.buffered_bytes for opened in self._open.values())
+
+    def flush(self) -> None:
+        """Encode the rows buffered in the open files now, as smaller row groups: lets a caller
+        with many writers open at once bound their memory."""
+        for opened in self._open.values():
+            opened._flush()
 
     def close(self) -> list[WrittenFile]:
         """Finish every open file; the files written, in the order they were finished."""

@@ -221,7 +221,9 @@ class Transaction:
         logger.debug(
             "committed version %d of %s (%d actions)", version, self.io.table_path, len(self._actions)
         )
-        self.post_commit = run_post_commit_hooks(self.io, version, config)
+        self.post_commit = run_post_commit_hooks(
+            self.io, version, config, operation=self.operation, actions=self.actions
+        )
         return version
 
     def _check(self) -> TableConfiguration:

@@ -25,14 +25,13 @@ from replay.protocol.paths import normalize_path_key, resolve_path
 from replay.protocol.schema import StructType
 from replay.txn.data_writer import write_batches
 from replay.txn.transaction import Transaction
+from replay.txn.write_commit import commit_write, remove_action
 from replay.txn.write_plan import (
     InvalidWriteOptionError,
     WriteOptions,
-    commit_write,
     latest_snapshot,
     new_table_protocol,
     plan_write,
-    remove_action,
 )
 
 __all__ = [

@@ -40,6 +40,8 @@ from replay.protocol.sql.lexer import Token, tokenize
 RESERVED = frozenset(
     {"and", "or", "not", "is", "in", "between", "like", "escape", "case", "when", "then", "else", "end", "as"}
 )
+_NEVER_COLUMNS = frozenset({"not"})
+"""Words that never name a column where a value is expected (``NOT`` starts a negation)."""
 _COMPARISONS = {
     "=": "=",
     "==": "=",
@@ -238,9 +240,11 @@ class _Parser:
             node = self.expression()
             self.expect_op(")")
             return node
-        if token.kind != "word" or token.text.lower() in RESERVED - {"case"}:
+        if token.kind != "word" or token.text.lower() in _NEVER_COLUMNS:
             raise self.error("a column or a value")
         word = token.text.lower()
+        if word in RESERVED - {"case"}:
+            return self.column()  # Spark's non-reserved keywords name columns where one is expected
         for name, constant, data_type in (
             ("true", True, types.BOOLEAN),
             ("false", False, types.BOOLEAN),

@@ -277,7 +277,11 @@ def _shortest_float32(value: float) -> str:
     packed = struct.pack("<f", value)
     for digits in range(1, 10):
         text = f"{value:.{digits}g}"
-        if struct.pack("<f", float(text)) == packed:
+        try:
+            same = struct.pack("<f", float(text)) == packed
+        except OverflowError:  # rounded past the largest 32-bit float (near 3.4e38)
+            continue
+        if same:
             return text if any(c in text for c in ".e") else text + ".0"
     return repr(value)
 
