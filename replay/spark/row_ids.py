@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+import numpy as np
 import orjson
 import pyarrow as pa
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
@@ -90,5 +91,5 @@ def row_id_batches(
         table = table.append_column(
             FILE_COLUMN, pa.repeat(pa.scalar(ids[read.file.path], pa.int32()), rows.num_rows)
         )
-        table = table.append_column(ROW_COLUMN, pa.array(rows.row_index, pa.int64()))
+        table = table.append_column(ROW_COLUMN, pa.array(rows.physical(np.arange(rows.num_rows)), pa.int64()))
         yield from table.cast(target).to_batches()
