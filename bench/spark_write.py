@@ -103,11 +103,12 @@ def summary(samples: list[float]) -> dict[str, float]:
 def in_process_breakdown(workdir: Path, task_rows: int) -> dict[str, dict[str, float]]:
     """One task's share of the rows written in this process: where a task's time goes."""
     from replay.log.table_io import TableIO
-    from replay.txn.data_writer import FileWriteSpec, write_batches
+    from replay.txn.data_writer import write_batches
     from replay.txn.statistics import StatisticsCollector
     from replay.txn.write import delta_schema
     from replay.txn.write_commit import commit_write
     from replay.txn.write_plan import WriteOptions, plan_write
+    from replay.txn.write_spec import FileWriteSpec
 
     data = arrow_data(0, task_rows)
     batches = data.to_batches(max_chunksize=SPARK_BATCH_ROWS)

@@ -46,10 +46,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
 from typing import Any
 
 import boto3
@@ -64,7 +62,25 @@ from botocore.exceptions import (
 )
 
 from logstores.base import FileStatus
-from logstores.conf import get_delta_conf, hadoop_conf
+from logstores.conf import hadoop_conf
+from logstores.dynamodb_table import (
+    ATTR_FILE_NAME,
+    ATTR_TABLE_PATH,
+    CREATE_TABLE_RCU,
+    CREATE_TABLE_WCU,
+    DDB_ENDPOINT,
+    DDB_REGION,
+    DDB_TABLE_NAME,
+    DDB_TTL,
+    DEFAULT_TTL_SECONDS,
+    DELTA_LOG_DIR,
+    SPARK_CONF_PREFIX,
+    ExternalCommitEntry,
+    ensure_table,
+    get_param,
+    int_param,
+    is_delta_log_path,
+)
 from logstores.errors import (
     AccessDeniedError,
     EndpointUnreachableError,
@@ -81,103 +97,13 @@ from logstores.timeouts import endpoint_address
 
 logger = logging.getLogger(__name__)
 
-SPARK_CONF_PREFIX = "spark.io.delta.storage.S3DynamoDBLogStore."
-BASE_CONF_PREFIX = "io.delta.storage.S3DynamoDBLogStore."
-DDB_TABLE_NAME = "ddb.tableName"
-DDB_REGION = "ddb.region"
-DDB_ENDPOINT = "ddb.endpoint"
-DDB_TTL = "ddb.ttl"
-CREATE_TABLE_RCU = "provisionedThroughput.rcu"
-CREATE_TABLE_WCU = "provisionedThroughput.wcu"
-DEFAULT_TTL_SECONDS = 86_400
-TABLE_CREATION_POLLS = 20
 FIX_RETRIES = 3
-
-ATTR_TABLE_PATH = "tablePath"
-ATTR_FILE_NAME = "fileName"
-ATTR_TEMP_PATH = "tempPath"
-ATTR_COMPLETE = "complete"
-ATTR_EXPIRE_TIME = "expireTime"
-DELTA_LOG_DIR = "_delta_log"
 _DENIED_CODES = {
     "UnrecognizedClientException",
     "AccessDeniedException",
     "InvalidSignatureException",
     "InvalidClientTokenId",
 }
-
-
-def _different_values(spark_key: str, spark_value: str, base_key: str, base_value: str) -> str:
-    return (
-        f"Configuration properties `{spark_key}={spark_value}` and `{base_key}={base_value}` "
-        "have different values. Please set only one."
-    )
-
-
-def get_param(conf: Mapping[str, str], name: str, default: str | None) -> str | None:
-    """A setting read under both prefixes, as Delta's ``getParam``.
-
-    Raises :class:`LogStoreConfError` with Delta's message when both are set differently.
-    """
-    value = get_delta_conf(conf, BASE_CONF_PREFIX + name, _different_values)
-    return value if value is not None else default
-
-
-def _int_param(conf: Mapping[str, str], name: str, default: int) -> int:
-    value = get_param(conf, name, str(default))
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise LogStoreConfError(f"{SPARK_CONF_PREFIX}{name} must be an integer, got {value!r}") from None
-
-
-def is_delta_log_path(path: str) -> bool:
-    """Whether a segment of ``path`` is exactly ``_delta_log`` (Delta's ``isDeltaLogPath``)."""
-    return DELTA_LOG_DIR in path.split("/")
-
-
-@dataclass(frozen=True, slots=True)
-class ExternalCommitEntry:
-    """One DynamoDB item: the state of the commit of ``file_name`` in the table ``table_path``."""
-
-    table_path: str
-    file_name: str
-    temp_path: str
-    complete: bool
-    expire_time: int | None = None
-
-    @property
-    def absolute_file_path(self) -> str:
-        return f"{self.table_path}/{DELTA_LOG_DIR}/{self.file_name}"
-
-    @property
-    def absolute_temp_path(self) -> str:
-        return f"{self.table_path}/{DELTA_LOG_DIR}/{self.temp_path}"
-
-    def as_complete(self, ttl_seconds: int) -> ExternalCommitEntry:
-        return replace(self, complete=True, expire_time=int(time.time()) + ttl_seconds)
-
-    def to_item(self) -> dict[str, dict[str, str]]:
-        item = {
-            ATTR_TABLE_PATH: {"S": self.table_path},
-            ATTR_FILE_NAME: {"S": self.file_name},
-            ATTR_TEMP_PATH: {"S": self.temp_path},
-            ATTR_COMPLETE: {"S": "true" if self.complete else "false"},
-        }
-        if self.expire_time is not None:
-            item[ATTR_EXPIRE_TIME] = {"N": str(self.expire_time)}
-        return item
-
-    @classmethod
-    def from_item(cls, item: Mapping[str, Mapping[str, str]]) -> ExternalCommitEntry:
-        expire = item.get(ATTR_EXPIRE_TIME)
-        return cls(
-            table_path=item[ATTR_TABLE_PATH]["S"],
-            file_name=item[ATTR_FILE_NAME]["S"],
-            temp_path=item[ATTR_TEMP_PATH]["S"],
-            complete=item[ATTR_COMPLETE]["S"].lower() == "true",
-            expire_time=int(expire["N"]) if expire else None,
-        )
 
 
 class S3DynamoDBLogStore(S3BaseLogStore):
@@ -194,11 +120,11 @@ class S3DynamoDBLogStore(S3BaseLogStore):
         self.table_name = str(get_param(settings, DDB_TABLE_NAME, "delta_log"))
         self.region = str(get_param(settings, DDB_REGION, "us-east-1"))
         self.endpoint = get_param(settings, DDB_ENDPOINT, None)
-        self.ttl_seconds = _int_param(settings, DDB_TTL, DEFAULT_TTL_SECONDS)
+        self.ttl_seconds = int_param(settings, DDB_TTL, DEFAULT_TTL_SECONDS)
         if self.ttl_seconds < 0:
             raise LogStoreConfError(f"Can't use negative `{DDB_TTL}` value of {self.ttl_seconds}")
-        self._rcu = _int_param(settings, CREATE_TABLE_RCU, 5)
-        self._wcu = _int_param(settings, CREATE_TABLE_WCU, 5)
+        self._rcu = int_param(settings, CREATE_TABLE_RCU, 5)
+        self._wcu = int_param(settings, CREATE_TABLE_WCU, 5)
         self._credentials = {
             "aws_access_key_id": settings.get("fs.s3a.access.key"),
             "aws_secret_access_key": settings.get("fs.s3a.secret.key"),
@@ -234,62 +160,10 @@ class S3DynamoDBLogStore(S3BaseLogStore):
                     config=config,
                     **credentials,
                 )
-                self._ensure_table(client)  # errors are named by the caller's _dynamodb_errors
+                # errors are named by the caller's _dynamodb_errors
+                ensure_table(client, self.table_name, self.region, self._rcu, self._wcu)
                 self._client = client
             return self._client
-
-    def _ensure_table(self, client: Any) -> None:
-        """Create the table if missing and wait (up to 20 s) until it is ACTIVE."""
-        created = False
-        for _ in range(TABLE_CREATION_POLLS):
-            try:
-                status = client.describe_table(TableName=self.table_name)["Table"]["TableStatus"]
-            except client.exceptions.ResourceNotFoundException:
-                status = "CREATING"
-                logger.info(
-                    "DynamoDB table `%s` in region `%s` does not exist; creating it with %d RCUs and %d WCUs",
-                    self.table_name,
-                    self.region,
-                    self._rcu,
-                    self._wcu,
-                )
-                try:
-                    client.create_table(
-                        TableName=self.table_name,
-                        AttributeDefinitions=[
-                            {"AttributeName": ATTR_TABLE_PATH, "AttributeType": "S"},
-                            {"AttributeName": ATTR_FILE_NAME, "AttributeType": "S"},
-                        ],
-                        KeySchema=[
-                            {"AttributeName": ATTR_TABLE_PATH, "KeyType": "HASH"},
-                            {"AttributeName": ATTR_FILE_NAME, "KeyType": "RANGE"},
-                        ],
-                        ProvisionedThroughput={
-                            "ReadCapacityUnits": self._rcu,
-                            "WriteCapacityUnits": self._wcu,
-                        },
-                    )
-                    created = True
-                except client.exceptions.ResourceInUseException:
-                    pass  # created concurrently by another process
-                continue
-            if status == "ACTIVE":
-                if created:
-                    self._enable_ttl(client)
-                return
-            if status != "CREATING":
-                logger.error("DynamoDB table `%s` has status %s", self.table_name, status)
-                return
-            time.sleep(1)
-
-    def _enable_ttl(self, client: Any) -> None:
-        try:
-            client.update_time_to_live(
-                TableName=self.table_name,
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": ATTR_EXPIRE_TIME},
-            )
-        except ClientError as exc:  # TTL is housekeeping only
-            logger.warning("could not enable TTL on DynamoDB table `%s`: %s", self.table_name, exc)
 
     @property
     def dynamodb_address(self) -> str:

@@ -30,7 +30,7 @@ from replay.cdc import (
     select_changes,
     table_changes,
 )
-from replay.cdc.batch import ConstantColumns
+from replay.cdc.change_rows import ConstantColumns
 from replay.data import DataFileNotFoundError
 from replay.data.deletion_vectors import z85_encode
 from replay.data.roaring_bitmap import serialize_bitmap

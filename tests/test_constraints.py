@@ -29,9 +29,9 @@ from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.protocol.schema import StructType
 from replay.table import DeltaTable as ReplayTable
 from replay.txn.constraint_checks import InvariantViolationError, compile_constraints
-from replay.txn.data_writer import FileWriteSpec
 from replay.txn.write import write_table
 from replay.txn.write_plan import WriteOptions, latest_snapshot, plan_write
+from replay.txn.write_spec import FileWriteSpec
 
 UTC = dt.UTC
 

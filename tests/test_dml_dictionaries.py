@@ -15,8 +15,9 @@ from deltalake import DeltaTable as RustTable
 from replay import DeltaTable, InvariantViolationError, write_table
 from replay.data.reader import TableReader
 from replay.dml.target_rows import read_target_rows, rows_with_columns
-from replay.txn.data_writer import DataFileWriter, FileWriteSpec
+from replay.txn.data_writer import DataFileWriter
 from replay.txn.statistics import file_statistics
+from replay.txn.write_spec import FileWriteSpec
 from tests.dml_cases import our_rows, rust_rows, twin_tables
 
 ROWS = 3000

@@ -15,7 +15,7 @@ from deltalake import DeltaTable as RustTable
 from replay import AppendOnlyTableError, DeltaTable, write_table
 from replay.dml.errors import InvalidDmlArgumentError
 from replay.protocol.sql import ExpressionError, ExpressionEvaluationError
-from replay.txn.data_writer import InvariantViolationError
+from replay.txn.constraint_checks import InvariantViolationError
 from tests.dml_cases import (
     CDF,
     DV_CDF,

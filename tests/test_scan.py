@@ -25,6 +25,7 @@ from orjson import loads as orjson_loads
 
 from replay import DeltaLog, write_table
 from replay.protocol.paths import resolve_path
+from replay.protocol.predicate_expressions import from_expression
 from replay.protocol.predicates import (
     And,
     Compare,
@@ -36,7 +37,6 @@ from replay.protocol.predicates import (
     Or,
     StartsWith,
     from_dnf,
-    from_expression,
     to_expression,
 )
 from replay.protocol.table_config import TableConfiguration

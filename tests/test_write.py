@@ -22,7 +22,7 @@ from replay.protocol.errors import (
 )
 from replay.protocol.table_config import check_writable
 from replay.protocol.table_properties import InvalidTablePropertyError
-from replay.txn.data_writer import (
+from replay.txn.partition_paths import (
     encode_log_path,
     escape_partition_value,
     partition_directory,

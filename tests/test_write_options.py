@@ -17,7 +17,8 @@ from replay.protocol.actions import AddFile, RemoveFile, SetTransaction
 from replay.protocol.errors import ConcurrentModificationError, DeltaError
 from replay.protocol.sql_predicate import PredicateError, parse_predicate
 from replay.protocol.table_properties import InvalidTablePropertyError
-from replay.txn.data_writer import InvariantViolationError, write_batches
+from replay.txn.constraint_checks import InvariantViolationError
+from replay.txn.data_writer import write_batches
 from replay.txn.schema_merge import SchemaMismatchError
 from replay.txn.write import delta_schema, write_table
 from replay.txn.write_commit import commit_write

@@ -1,12 +1,13 @@
 """The change data feed (CDF): Delta's ``CDCReader`` and ``DeltaSourceCDCSupport`` in Python.
 
 This package's ``__init__`` is the public face of the change data feed; the work is done in
-five modules, each importing only the ones before it:
+six modules, each importing only the ones before it:
 
 - :mod:`replay.cdc.change_actions` (pure): which file actions of a commit carry its changes
   (:func:`filter_cdc_actions`) and the file reads that produce its change rows.
 - :mod:`replay.cdc.schema_checks` (pure): which schema a change read uses and whether it can
   read every version it crosses (Delta's batch and streaming schema checks and errors).
+- :mod:`replay.cdc.change_rows`: reading the rows of file reads with the CDC columns.
 - :mod:`replay.cdc.batch`: the batch change feed, :func:`table_changes` (rows with
   ``_change_type``, ``_commit_version`` and ``_commit_timestamp``).
 - :mod:`replay.cdc.offsets` (pure): :class:`IndexedFile`, :class:`DeltaSourceOffset` with
@@ -24,10 +25,7 @@ from replay.cdc.batch import (
     CommitTimestamps,
     TimestampLike,
     change_read_snapshot,
-    change_schema,
     plan_changes,
-    read_change,
-    read_changes,
     resolve_change_range,
     starting_version_for_timestamp,
     table_changes,
@@ -52,6 +50,7 @@ from replay.cdc.change_actions import (
     is_cdf_enabled,
     plan_commit_reads,
 )
+from replay.cdc.change_rows import change_schema, read_change, read_changes
 from replay.cdc.offsets import (
     BASE_INDEX,
     DEFAULT_MAX_FILES_PER_TRIGGER,

@@ -6,24 +6,21 @@
 errors (:func:`resolve_change_range`); :func:`plan_changes` walks the commits once, checking the
 feed is enabled throughout and that every version can be read with the read schema
 (:mod:`replay.cdc.schema_checks`: the end version's for column-mapping tables, else the latest),
-and lists the file reads (:mod:`replay.cdc.change_actions` decides which); :func:`read_changes`
-reads them concurrently into one Arrow table with the read schema.
+and lists the file reads (:mod:`replay.cdc.change_actions` decides which);
+:func:`~replay.cdc.change_rows.read_changes` reads them concurrently into one Arrow table with the
+read schema.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import itertools
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from replay.cdc.change_actions import (
-    CDC_COLUMNS,
     ChangeRead,
     InvalidCDCRangeError,
     end_before_start_error,
@@ -33,13 +30,11 @@ from replay.cdc.change_actions import (
     plan_commit_reads,
     table_error,
 )
+from replay.cdc.change_rows import change_schema, read_changes
 from replay.cdc.schema_checks import BatchSchemaCheck, batch_read_version
-from replay.data.deletion_vectors import dv_location, read_deletion_vector
-from replay.data.partition_values import constant_array
-from replay.data.reader import RowFilter, TableReader
+from replay.data.reader import TableReader
 from replay.log.commit_files import iter_commits
 from replay.log.commit_timestamps import listed_commit_times
-from replay.log.concurrency import Work, gc_paused, map_concurrently
 from replay.log.listing import LogListing, listing_from
 from replay.log.log_segment import segment_in_listing
 from replay.log.table_io import TableIO
@@ -54,137 +49,6 @@ from replay.state.table_log import TableLog
 
 TimestampLike = Timestamp
 """Kept for callers of earlier releases: the same as :data:`replay.protocol.timestamps.Timestamp`."""
-
-
-# -- reading change rows ----------------------------------------------------------------------
-def change_schema(reader: TableReader, columns: Sequence[str] | None = None) -> pa.Schema:
-    """The schema of change rows: the table's (or ``columns``) plus the three CDC columns."""
-    base = reader.arrow_schema(columns)
-    return pa.schema([f.with_nullable(True) for f in base] + list(CDC_COLUMNS))
-
-
-class ConstantColumns:
-    """Constant columns shared by the files of one change read (thread-safe).
-
-    A column of ``rows`` copies of a value is a slice of the longest one built for that value
-    so far: the reads of one commit share their ``_commit_version`` and ``_commit_timestamp``
-    columns, and every inferred insert or delete its ``_change_type``, instead of each file
-    writing (and faulting in) its own copy.
-    """
-
-    def __init__(self) -> None:
-        self._arrays: dict[tuple[Any, pa.DataType], pa.Array] = {}
-        self._lock = threading.Lock()
-
-    def column(self, value: Any, data_type: pa.DataType, rows: int) -> pa.Array:
-        """``rows`` copies of ``value`` as an array of ``data_type``."""
-        key = (value, data_type)
-        with self._lock:
-            array = self._arrays.get(key)
-        if array is None or len(array) < rows:
-            array = constant_array(value, data_type, rows)
-            with self._lock:
-                known = self._arrays.get(key)
-                if known is None or len(known) < rows:
-                    self._arrays[key] = array
-        return array if len(array) == rows else array.slice(0, rows)
-
-
-def read_change(
-    reader: TableReader,
-    read: ChangeRead,
-    columns: Sequence[str] | None = None,
-    *,
-    ignore_missing: bool = False,
-    constants: ConstantColumns | None = None,
-) -> pa.Table:
-    """The change rows of one :class:`ChangeRead` (``constants``: see :func:`with_change_columns`)."""
-    row_filter: RowFilter | bool | None = True
-    if read.keep_dv is not None:
-        keep = read_deletion_vector(read.keep_dv, reader.table_path, reader.conf)
-        source = dv_location(read.keep_dv, reader.table_path)
-        if read.minus_dv is not None:
-            minus = read_deletion_vector(read.minus_dv, reader.table_path, reader.conf)
-            keep = np.setdiff1d(keep, minus, assume_unique=True)
-            source += f" (without the rows of {dv_location(read.minus_dv, reader.table_path)})"
-        row_filter = RowFilter(keep, keep=True, source=source)
-    table = reader.read_file(
-        read.file,
-        columns,
-        row_filter=row_filter,
-        extra_columns=CDC_COLUMNS[:1],
-        ignore_missing=ignore_missing,
-    )
-    return with_change_columns(table, read, constants)
-
-
-def with_change_columns(
-    table: pa.Table, read: ChangeRead, constants: ConstantColumns | None = None
-) -> pa.Table:
-    """The rows of ``read``'s file, read with their ``_change_type`` column, with all CDC columns.
-
-    ``cdc`` files keep the change type they store; other reads get ``read.change_type``. The
-    constant columns come from ``constants`` when given (shared with other reads), else are new.
-    """
-    column = constants.column if constants is not None else constant_array
-    rows = table.num_rows
-    change_type, commit_version, commit_timestamp = CDC_COLUMNS
-    if read.change_type is not None:
-        stamped = column(read.change_type, change_type.type, rows)
-        table = table.set_column(table.schema.get_field_index(change_type.name), change_type, stamped)
-    table = table.append_column(commit_version, column(read.version, commit_version.type, rows))
-    timestamp_us = read.timestamp_ms * 1000
-    return table.append_column(commit_timestamp, column(timestamp_us, commit_timestamp.type, rows))
-
-
-def read_changes(
-    reader: TableReader,
-    reads: Sequence[ChangeRead],
-    columns: Sequence[str] | None = None,
-    *,
-    max_workers: int | None = None,
-    ignore_missing: bool = False,
-) -> pa.Table:
-    """All change rows of ``reads``, concatenated in order.
-
-    Reads of whole files (no deletion vector) go through :meth:`TableReader.read_unfiltered`,
-    which scans local files together; the others are read file by file, concurrently. The reads
-    share their constant CDC columns (:class:`ConstantColumns`).
-    """
-    schema = change_schema(reader, columns)
-    reads = list(reads)
-    workers = max_workers or reader.concurrency
-    constants = ConstantColumns()
-    tables: dict[int, pa.Table] = {}
-    whole = [i for i, read in enumerate(reads) if read.keep_dv is None and _deletion_vector(read) is None]
-    with gc_paused():  # the reads allocate no reference cycles; a collection would only scan the heap
-        found = reader.read_unfiltered(
-            [reads[i].file for i in whole],
-            columns,
-            extra_columns=CDC_COLUMNS[:1],
-            ignore_missing=ignore_missing,
-            max_workers=workers,
-            finish=lambda position, table: with_change_columns(table, reads[whole[position]], constants),
-        )
-        tables.update(zip(whole, found, strict=True))
-        rest = [i for i in range(len(reads)) if i not in tables]
-        found = map_concurrently(
-            lambda i: read_change(
-                reader, reads[i], columns, ignore_missing=ignore_missing, constants=constants
-            ),
-            rest,
-            Work.DATA,
-            workers,
-        )
-        tables.update(zip(rest, found, strict=True))
-    if not tables:
-        return schema.empty_table()
-    ordered = (tables[i] for i in range(len(reads)))
-    return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in ordered])
-
-
-def _deletion_vector(read: ChangeRead) -> object:
-    return getattr(read.file, "deletion_vector", None)
 
 
 # -- version ranges ---------------------------------------------------------------------------

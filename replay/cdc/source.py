@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from replay.cdc.batch import CommitTimestamps, read_changes, starting_version_for_timestamp
+from replay.cdc.batch import CommitTimestamps, starting_version_for_timestamp
 from replay.cdc.change_actions import (
     CDC_TYPE_INSERT,
     ChangeRead,
@@ -32,6 +32,7 @@ from replay.cdc.change_actions import (
     plan_commit_reads,
     table_error,
 )
+from replay.cdc.change_rows import read_changes
 from replay.cdc.offsets import (
     BASE_INDEX,
     AdmissionLimits,

@@ -23,18 +23,22 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from logstores import LogStoreConfError, explain_log_store
 from logstores.conf import parse_spark_defaults
 from logstores.redaction import SecretFilter, redact, redact_url, scrub, secret_values
+from replay.cli.arguments import (
+    UsageError,
+    add_version_or_timestamp,
+    non_negative,
+    positive,
+    timestamp_value,
+)
 from replay.cli.emulator import EMULATOR_HELP, cmd_emulator
 from replay.cli.emulator import configure_parser as configure_emulator
 from replay.cli.retention import configure_parsers as configure_retention
+from replay.cli.writes import configure_parsers as configure_writes
 
 if TYPE_CHECKING:  # pyarrow is imported by the commands that read tables
     from pyarrow import RecordBatch, Table
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad command-line arguments (exit code 1)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,7 +105,7 @@ def cmd_snapshot(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
     log = DeltaLog.for_table(args.uri, conf)
     with output.working(f"Replaying the log of {args.uri}"):
-        snapshot = log.snapshot(version=args.version, timestamp=_timestamp_arg(args.timestamp))
+        snapshot = log.snapshot(version=args.version, timestamp=timestamp_value(args.timestamp))
     output.emit_snapshot(snapshot, as_json=args.json, with_files=args.files)
     return EXIT_OK
 
@@ -151,7 +155,7 @@ def cmd_read(args: argparse.Namespace, conf: dict[str, str]) -> int:
     columns = [name.strip() for name in args.columns.split(",") if name.strip()] if args.columns else None
     log = DeltaLog.for_table(args.uri, conf)
     with output.working(f"Reading {args.uri}"):
-        snapshot = log.snapshot(version=args.version, timestamp=_timestamp_arg(args.timestamp))
+        snapshot = log.snapshot(version=args.version, timestamp=timestamp_value(args.timestamp))
         try:
             scan = snapshot.scan(parse_predicate(args.filter).tree if args.filter else None, columns)
         except InvalidFilterError as exc:
@@ -181,125 +185,11 @@ def _first_rows(batches: Iterator[RecordBatch], limit: int | None) -> Table:
     return pa.Table.from_batches(taken, schema=schema)
 
 
-def cmd_checkpoint(args: argparse.Namespace, conf: dict[str, str]) -> int:
-    from replay import DeltaLog
-    from replay.cli import output
-
-    log = DeltaLog.for_table(args.uri, conf)
-    with output.working(f"Writing a checkpoint of {args.uri}"):
-        written = log.checkpoint()
-    output.emit_checkpoint(written, as_json=args.json)
-    return EXIT_OK
-
-
-def cmd_delete(args: argparse.Namespace, conf: dict[str, str]) -> int:
-    from replay import DeltaTable
-    from replay.cli import output
-
-    table = DeltaTable(args.uri, conf=conf)
-    read = table.version()
-    with output.working(f"Deleting rows of {args.uri}"):
-        metrics = table.delete(args.where)
-    _emit_change("DELETE", table.version() if table.version() != read else None, metrics, as_json=args.json)
-    return EXIT_OK
-
-
-def cmd_update(args: argparse.Namespace, conf: dict[str, str]) -> int:
-    from replay import DeltaTable
-    from replay.cli import output
-
-    updates: dict[str, str] = {}
-    for assignment in args.set:
-        column, separator, expression = assignment.partition("=")
-        if not separator or not column.strip() or not expression.strip():
-            raise UsageError(f"deltalog update: --set {assignment!r} is not of the form COLUMN=EXPRESSION")
-        updates[column.strip()] = expression.strip()
-    table = DeltaTable(args.uri, conf=conf)
-    read = table.version()
-    with output.working(f"Updating rows of {args.uri}"):
-        metrics = table.update(updates, predicate=args.where)
-    _emit_change("UPDATE", table.version() if table.version() != read else None, metrics, as_json=args.json)
-    return EXIT_OK
-
-
-def _emit_change(operation: str, committed: int | None, metrics: Mapping[str, int], *, as_json: bool) -> None:
-    """The version a row-level change committed (``null``: it changed nothing) and its metrics."""
-    from replay.cli import output
-
-    title = (
-        f"{operation} committed version {committed}" if committed is not None else f"{operation}: no change"
-    )
-    output.emit_mapping({"version": committed, **metrics}, as_json=as_json, title=title)
-
-
-def cmd_optimize(args: argparse.Namespace, conf: dict[str, str]) -> int:
-    from replay import DeltaTable
-    from replay.cli import output
-
-    table = DeltaTable(args.uri, conf=conf)
-    options = {
-        "partition_filters": args.where,
-        "target_size": args.target_size,
-        "max_concurrent_tasks": args.max_concurrent_tasks,
-        "min_commit_interval": args.min_commit_interval,
-    }
-    started = table.version()
-    with output.working(f"Optimizing {args.uri}"):
-        if args.zorder_by:
-            columns = [name.strip() for name in args.zorder_by.split(",") if name.strip()]
-            metrics = table.optimize.z_order(columns, **options)
-        elif args.purge:
-            metrics = table.optimize.purge_deletion_vectors(**options)
-        else:
-            metrics = table.optimize.compact(**options)
-    result = {"version": table.version() if table.version() != started else None, **metrics}
-    output.emit_mapping(
-        result,
-        as_json=args.json,
-        title="Optimized" if result["version"] is not None else "Nothing to optimize",
-    )
-    return EXIT_OK
-
-
-def _byte_size(text: str) -> int:
-    """``--target-size``: bytes, or a size such as ``128mb``."""
-    from replay.protocol.table_properties import parse_byte_size
-
-    try:
-        return parse_byte_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
-
-
 def cmd_demo(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay.cli.demo import run_demo
 
     run_demo(args.directory, conf, with_spark=not args.no_spark)
     return EXIT_OK
-
-
-TIMESTAMP_HELP = (
-    "a time as milliseconds since the epoch or ISO-8601 (2024-01-31, 2024-01-31T12:00:00.5, "
-    "2024-01-31 12:00:00+02:00, 2024-01-31 12:00:00 America/Los_Angeles); a time without a zone is UTC"
-)
-
-
-def _timestamp(text: str) -> str:
-    """``--timestamp``: checked when parsed, so a bad value is a usage error naming the formats."""
-    from replay.protocol.timestamps import to_timestamp_ms
-
-    if text.isdigit():
-        return text
-    try:
-        to_timestamp_ms(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {TIMESTAMP_HELP}") from None
-    return text
-
-
-def _timestamp_arg(value: str | None) -> str | int | None:
-    """``--timestamp``: milliseconds since the epoch when all digits, else ISO-8601 text."""
-    return int(value) if value is not None and value.isdigit() else value
 
 
 # -- parser -------------------------------------------------------------------------------------
@@ -326,22 +216,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     snapshot = command("snapshot", cmd_snapshot, "Show a table's state at a version or time.")
     snapshot.add_argument("uri")
-    when = snapshot.add_mutually_exclusive_group()
-    when.add_argument("--version", type=_non_negative, metavar="N")
-    when.add_argument("--timestamp", type=_timestamp, metavar="T", help=TIMESTAMP_HELP)
+    add_version_or_timestamp(snapshot)
     snapshot.add_argument("--files", action="store_true", help="list the active files")
     snapshot.add_argument("--json", action="store_true")
 
     history = command("history", cmd_history, "List a table's commits, newest first.")
     history.add_argument("uri")
-    history.add_argument("--limit", type=_positive, metavar="N")
+    history.add_argument("--limit", type=positive, metavar="N")
     history.add_argument("--json", action="store_true")
 
     changes = command("changes", cmd_changes, "Print the change data feed between two versions.")
     changes.add_argument("uri")
-    changes.add_argument("--from", dest="start", type=_non_negative, required=True, metavar="V")
-    changes.add_argument("--to", dest="end", type=_non_negative, metavar="V")
-    changes.add_argument("--limit", type=_positive, metavar="N")
+    changes.add_argument("--from", dest="start", type=non_negative, required=True, metavar="V")
+    changes.add_argument("--to", dest="end", type=non_negative, metavar="V")
+    changes.add_argument("--limit", type=positive, metavar="N")
     changes.add_argument("--json", action="store_true", help="one JSON object per change row")
     changes.add_argument("--follow", action="store_true", help="keep printing changes as commits land")
     changes.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="poll interval")
@@ -354,93 +242,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="rows to keep, e.g. \"part = 3 and id > 10\" or \"city in ('Oslo', 'Lima') or x is null\"",
     )
     read.add_argument("--columns", metavar="A,B", help="the columns to print (all by default)")
-    read.add_argument("--limit", type=_positive, metavar="N", help="print at most N rows")
-    read_when = read.add_mutually_exclusive_group()
-    read_when.add_argument("--version", type=_non_negative, metavar="N")
-    read_when.add_argument("--timestamp", type=_timestamp, metavar="T", help=TIMESTAMP_HELP)
+    read.add_argument("--limit", type=positive, metavar="N", help="print at most N rows")
+    add_version_or_timestamp(read)
     read.add_argument("--json", action="store_true", help="one JSON object per row")
 
-    delete = command("delete", cmd_delete, "Delete the rows matching a predicate; prints Delta's metrics.")
-    delete.add_argument("uri")
-    delete.add_argument(
-        "--where",
-        required=True,
-        metavar="EXPR",
-        help="the rows to delete, e.g. \"day < '2024-01-01'\" (true: all)",
-    )
-    delete.add_argument("--json", action="store_true")
-
-    update = command(
-        "update", cmd_update, "Set columns of the rows matching a predicate; prints Delta's metrics."
-    )
-    update.add_argument("uri")
-    update.add_argument(
-        "--set",
-        action="append",
-        required=True,
-        metavar="COLUMN=EXPR",
-        help="a column and its new value as a SQL expression, e.g. \"status='done'\" (repeatable)",
-    )
-    update.add_argument("--where", metavar="EXPR", help="the rows to update (all rows without it)")
-    update.add_argument("--json", action="store_true")
-
-    checkpoint = command("checkpoint", cmd_checkpoint, "Write a checkpoint of the latest version.")
-    checkpoint.add_argument("uri")
-    checkpoint.add_argument("--json", action="store_true")
-
-    optimize = command(
-        "optimize", cmd_optimize, "Compact small files (or Z-order, or purge deletion vectors)."
-    )
-    optimize.add_argument("uri")
-    optimize.add_argument(
-        "--where", metavar="EXPR", help="partitions to optimize, e.g. \"date >= '2024-01-01'\""
-    )
-    optimize.add_argument(
-        "--target-size", type=_byte_size, metavar="SIZE", help="file size to aim at, e.g. 256mb"
-    )
-    how = optimize.add_mutually_exclusive_group()
-    how.add_argument("--zorder-by", metavar="A,B", help="Z-order the partitions by these columns")
-    how.add_argument(
-        "--purge", action="store_true", help="rewrite the files with deleted rows (REORG ... PURGE)"
-    )
-    optimize.add_argument(
-        "--max-concurrent-tasks", type=_positive, metavar="N", help="files rewritten at once"
-    )
-    optimize.add_argument(
-        "--min-commit-interval",
-        type=float,
-        metavar="SECONDS",
-        help="commit finished work at least this often",
-    )
-    optimize.add_argument("--json", action="store_true")
+    configure_writes(command)
 
     demo = command("demo", cmd_demo, "Build a small table and show every feature on it.")
     demo.add_argument("directory", nargs="?", default="demo-table")
     demo.add_argument("--no-spark", action="store_true", help="skip the PySpark part")
 
-    configure_retention(command, _timestamp)
+    configure_retention(command)
     configure_emulator(command("emulator", cmd_emulator, EMULATOR_HELP))
     return parser
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
 
 
 def _package_version() -> str:

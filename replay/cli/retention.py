@@ -12,19 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-
-def _pair(text: str) -> tuple[str, str]:
-    key, separator, value = text.partition("=")
-    if not separator or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), value
-
-
-def _hours(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of hours, got {text!r}") from None
+from replay.cli.arguments import add_version_or_timestamp, hours, pair
 
 
 def cmd_vacuum(args: argparse.Namespace, conf: dict[str, str]) -> int:
@@ -91,15 +79,13 @@ def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
     return 0
 
 
-def configure_parsers(
-    command: Callable[..., argparse.ArgumentParser], timestamp: Callable[[str], str]
-) -> None:
+def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add the three commands with ``command(name, handler, help)`` (the CLI's subcommand factory)."""
     vacuum = command("vacuum", cmd_vacuum, "Delete files no version within the retention needs.")
     vacuum.add_argument("uri")
     vacuum.add_argument(
         "--retain-hours",
-        type=_hours,
+        type=hours,
         metavar="N",
         help="keep files removed less than N hours ago (default: delta.deletedFileRetentionDuration)",
     )
@@ -108,18 +94,16 @@ def configure_parsers(
 
     restore = command("restore", cmd_restore, "Restore a table to an earlier version in one commit.")
     restore.add_argument("uri")
-    target = restore.add_mutually_exclusive_group(required=True)
-    target.add_argument("--version", type=int, metavar="N")
-    target.add_argument("--timestamp", type=timestamp, metavar="T")
+    add_version_or_timestamp(restore, required=True, version_type=int, timestamp_help=None)
     restore.add_argument("--ignore-missing-files", action="store_true")
     restore.add_argument("--json", action="store_true")
 
     alter = command("alter", cmd_alter, "Change a table's properties, features and CHECK constraints.")
     alter.add_argument("uri")
-    alter.add_argument("--set", action="append", type=_pair, default=[], metavar="KEY=VALUE")
+    alter.add_argument("--set", action="append", type=pair, default=[], metavar="KEY=VALUE")
     alter.add_argument("--unset", action="append", default=[], metavar="KEY")
     alter.add_argument("--add-feature", action="append", default=[], metavar="NAME")
-    alter.add_argument("--add-constraint", action="append", type=_pair, default=[], metavar="NAME=EXPR")
+    alter.add_argument("--add-constraint", action="append", type=pair, default=[], metavar="NAME=EXPR")
     alter.add_argument("--drop-constraint", action="append", default=[], metavar="NAME")
     alter.add_argument("--if-exists", action="store_true", help="--unset/--drop-constraint: missing is fine")
     alter.add_argument("--json", action="store_true")

@@ -15,8 +15,9 @@ from replay.data.deletion_vector_writer import (
     remove_rows,
 )
 from replay.data.deletion_vectors import read_deletion_vector
+from replay.data.parquet_files import CorruptDataFileError, DataFileNotFoundError
 from replay.data.partition_values import constant_array, parse_partition_value, partition_value_array
-from replay.data.reader import CorruptDataFileError, DataFileNotFoundError, RowFilter, TableReader, read_files
+from replay.data.reader import RowFilter, TableReader, read_files
 
 __all__ = [
     "CorruptDataFileError",

@@ -16,17 +16,14 @@ file raises :class:`DataFileNotFoundError`, one that is not readable Parquet
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
@@ -34,36 +31,27 @@ from logstores.filesystem import uri_scheme
 from replay.data.columns import arrow_field, conform_column, match_field
 from replay.data.deletion_vectors import check_row_indexes, dv_location, read_deletion_vector
 from replay.data.dictionaries import dictionary_encoded_columns, is_dictionary_of
+from replay.data.parquet_files import (
+    LOCAL_ARROW_FS,
+    DataFileNotFoundError,
+    corrupt_data_file_error,
+    dataset_format,
+    is_format_error,
+    open_parquet,
+    parquet_source,
+    scan_local,
+)
 from replay.data.partition_values import partition_value_array
 from replay.log.concurrency import Work, default_threads, map_concurrently
 from replay.protocol.actions import FileAction, Metadata, Protocol
-from replay.protocol.errors import DeltaError
 from replay.protocol.paths import resolve_path
 from replay.protocol.schema import StructField, StructType, arrow_type
 from replay.protocol.table_config import check_readable
 
 if TYPE_CHECKING:  # imported where a scan needs it: it costs memory that reading one file does not
-    import pyarrow.dataset as ds
+    pass
 
 logger = logging.getLogger(__name__)
-
-
-class DataFileNotFoundError(DeltaError, FileNotFoundError):
-    """A data file named in the log does not exist (vacuumed, or the table was copied partially)."""
-
-
-class CorruptDataFileError(DeltaError):
-    """A data file named in the log is not a readable Parquet file (``path`` names it)."""
-
-    def __init__(self, message: str, *, table: str | None = None, path: str | None = None) -> None:
-        super().__init__(message, table=table)
-        self.path = path
-
-
-def corrupt_data_file_error(uri: str, table: str, cause: Exception) -> CorruptDataFileError:
-    return CorruptDataFileError(
-        f"Data file {uri} of table {table} cannot be read as Parquet: {cause}", table=table, path=uri
-    )
 
 
 @dataclass(frozen=True)
@@ -186,9 +174,9 @@ class TableReader:
         uri = self.file_uri(file)
         data_fields = [f for f in fields if f.name not in self.partition_columns]
         try:
-            source = _parquet_source(uri, self.conf, getattr(file, "size", None))
+            source = parquet_source(uri, self.conf, getattr(file, "size", None))
             try:
-                parquet = _open_parquet(source)
+                parquet = open_parquet(source)
                 layout = _Layout.of(
                     parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode
                 )
@@ -199,7 +187,7 @@ class TableReader:
                         dictionary_encoded_columns(parquet.metadata, parquet.schema_arrow, data_names)
                     )
                 if dictionaries:  # the footer is parsed once: reopen with it
-                    parquet = _open_parquet(source, parquet.metadata, sorted(dictionaries))
+                    parquet = open_parquet(source, parquet.metadata, sorted(dictionaries))
                 raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
                 num_rows = raw.num_rows if raw is not None else parquet.metadata.num_rows
             except (pa.ArrowException, OSError) as exc:
@@ -296,14 +284,14 @@ class TableReader:
         one_by_one: list[int] = []
         # Extra columns (``_change_type``) hold a handful of values: decoding them as dictionaries
         # and casting costs less than building each string.
-        parquet_format = _parquet_format(tuple(f.name for f in extra_columns))
+        parquet_format = dataset_format(tuple(f.name for f in extra_columns))
         for position, file in enumerate(files):
             fs, path = open_filesystem(self.file_uri(file), self.conf)
             if not isinstance(fs, LocalFileSystem) or len(files) == 1:
                 one_by_one.append(position)
                 continue
             try:
-                fragment = parquet_format.make_fragment(path, filesystem=_ARROW_LOCAL_FS)
+                fragment = parquet_format.make_fragment(path, filesystem=LOCAL_ARROW_FS)
                 schema = fragment.physical_schema
             except (pa.ArrowException, OSError):
                 one_by_one.append(position)  # read_file raises (naming it) or skips it, as asked
@@ -338,7 +326,7 @@ class TableReader:
                 fragments[fragment.path] = fragment
             assembled = []
             # Each file is assembled as soon as it is read, while Arrow decodes the next ones.
-            for path, raw in _scan_local(parquet_format, schema, list(fragments.values()), layout.names):
+            for path, raw in scan_local(parquet_format, schema, list(fragments.values()), layout.names):
                 num_rows = raw.num_rows if raw is not None else fragments[path].metadata.num_rows
                 for position in positions[path]:
                     table = self._assemble(
@@ -440,98 +428,6 @@ class _Layout:
                 wanted[struct_field.name] = schema.field(index).name
         extra_present = [f.name for f in extra_columns if schema.get_field_index(f.name) >= 0]
         return cls(wanted, frozenset(extra_present), list(wanted.values()) + extra_present)
-
-
-_ARROW_LOCAL_FS = pafs.LocalFileSystem()
-
-
-@functools.cache
-def _parquet_format(dictionary_columns: tuple[str, ...]) -> ds.ParquetFileFormat:
-    """The Parquet format of dataset scans, decoding ``dictionary_columns`` as dictionaries."""
-    import pyarrow.dataset as ds
-
-    options = ds.ParquetReadOptions(dictionary_columns=dictionary_columns, coerce_int96_timestamp_unit="us")
-    # Local files are in the page cache: reading column chunks as needed beats copying them first.
-    scan_options = ds.ParquetFragmentScanOptions(pre_buffer=False)
-    return ds.ParquetFileFormat(read_options=options, default_fragment_scan_options=scan_options)
-
-
-def _scan_local(
-    parquet_format: ds.ParquetFileFormat, schema: pa.Schema, fragments: list[Any], names: list[str]
-) -> Iterator[tuple[str, pa.Table | None]]:
-    """``(path, columns names of the file)`` for local Parquet ``fragments`` sharing ``schema``.
-
-    Files come in ``fragments`` order, each as soon as it is read. With no ``names`` nothing is
-    read and every file gives ``None``.
-    """
-    import pyarrow.dataset as ds
-
-    if not names:
-        yield from ((fragment.path, None) for fragment in fragments)
-        return
-    dataset = ds.FileSystemDataset(fragments, schema, parquet_format, _ARROW_LOCAL_FS)
-    projected = pa.schema([schema.field(name) for name in names])
-    order = [fragment.path for fragment in fragments]
-    done = 0  # files before order[done] are yielded
-    batches: list[pa.RecordBatch] = []  # batches of order[done] so far
-    for tagged in dataset.scanner(columns=names, use_threads=True).scan_batches():
-        while tagged.fragment.path != order[done]:  # the scan (in order) moved on: a file is complete
-            yield order[done], pa.Table.from_batches(batches, schema=projected)
-            done, batches = done + 1, []
-            if done == len(order):
-                raise RuntimeError(f"dataset scan returned {tagged.fragment.path} out of order")
-        batches.append(tagged.record_batch)
-    yield order[done], pa.Table.from_batches(batches, schema=projected)
-    for path in order[done + 1 :]:  # files with no rows give no batches
-        yield path, projected.empty_table()
-
-
-def _open_parquet(
-    source: str | pa.BufferReader,
-    metadata: pq.FileMetaData | None = None,
-    dictionary_columns: Sequence[str] | None = None,
-) -> pq.ParquetFile:
-    """``source`` opened for reading, ``dictionary_columns`` (which it must have) decoded as dictionaries.
-
-    Column chunks are read as they are decoded (no pre-buffering): a local file is in the page
-    cache and a fetched one in memory, so copying them up front only costs memory and time.
-    """
-    return pq.ParquetFile(
-        source,
-        metadata=metadata,
-        read_dictionary=dictionary_columns,
-        pre_buffer=False,
-        coerce_int96_timestamp_unit="us",
-    )
-
-
-def _parquet_source(uri: str, conf: Mapping[str, str], size: int | None = None) -> str | pa.BufferReader:
-    """What pyarrow opens: the path of a local file, else the file's bytes (fetched here, so that a
-    storage error stays a storage error and only parsing errors mean a damaged file).
-
-    ``size`` is the file's size as the log records it (Delta reads data files with that length):
-    when known, the bytes come with one ranged GET, where a plain fetch may ask for the size first
-    (s3fs sends a HEAD to decide whether to download in parts).
-    """
-    fs, path = open_filesystem(uri, conf)
-    if isinstance(fs, LocalFileSystem):
-        return str(path)
-    if size is not None and size > 0:
-        return pa.BufferReader(fs.cat_file(path, start=0, end=size))
-    return pa.BufferReader(fs.cat_file(path))
-
-
-def is_format_error(exc: BaseException) -> bool:
-    """Whether pyarrow failed on the file's content (not on the file system).
-
-    Arrow errors are; so are the ``OSError`` s pyarrow raises for undecodable pages, which carry
-    no ``errno`` (an operating-system error such as ``EACCES`` or ``EIO`` does).
-    """
-    if isinstance(exc, FileNotFoundError):
-        return False
-    if isinstance(exc, pa.ArrowException) and not isinstance(exc, OSError):
-        return True
-    return isinstance(exc, OSError) and exc.errno is None
 
 
 # -- entry points ------------------------------------------------------------------------------

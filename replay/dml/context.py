@@ -26,8 +26,8 @@ from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_properties import ENABLE_DELETION_VECTORS
 from replay.state.pruning import prune
 from replay.state.snapshot import Snapshot
-from replay.txn.data_writer import FileWriteSpec
 from replay.txn.write_plan import file_write_spec
+from replay.txn.write_spec import FileWriteSpec
 
 CHANGE_TYPE_FIELD = pa.field(CDC_TYPE_COLUMN, pa.string())
 

@@ -27,10 +27,10 @@ from replay.txn.data_writer import (
     DATA_FILES,
     DataFileWriter,
     FileLayout,
-    FileWriteSpec,
     WrittenFile,
     delete_data_files,
 )
+from replay.txn.write_spec import FileWriteSpec
 
 logger = logging.getLogger(__name__)
 

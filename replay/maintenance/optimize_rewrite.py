@@ -1,7 +1,7 @@
 """Rewriting one bin of files: the executor side of OPTIMIZE, one bin per call.
 
 A :class:`BinRewriter` holds everything a rewrite needs (a :class:`~replay.data.reader.TableReader`
-and a :class:`~replay.txn.data_writer.FileWriteSpec`), is picklable, and turns one
+and a :class:`~replay.txn.write_spec.FileWriteSpec`), is picklable, and turns one
 :class:`~replay.maintenance.optimize_plan.Bin` into a :class:`RewrittenBin`: the new files'
 ``add`` actions and the old files' ``remove`` actions, all with ``dataChange=false``. It never
 commits; the caller commits rewritten bins together (:mod:`replay.maintenance.optimize`), so a
@@ -36,7 +36,8 @@ from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.protocol.paths import resolve_path
 from replay.protocol.table_config import check_protocol_writable
 from replay.state.snapshot import Snapshot
-from replay.txn.data_writer import DataFileWriter, FileWriteSpec, WrittenFile, delete_data_files
+from replay.txn.data_writer import DataFileWriter, WrittenFile, delete_data_files
+from replay.txn.write_spec import FileWriteSpec
 
 logger = logging.getLogger(__name__)
 

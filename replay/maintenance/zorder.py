@@ -46,8 +46,9 @@ from replay.maintenance.optimize_rewrite import (
 from replay.protocol.errors import DeltaError
 from replay.protocol.schema import DataType, PrimitiveType, StructType
 from replay.state.snapshot import Snapshot
-from replay.txn.data_writer import DataFileWriter, FileWriteSpec, WrittenFile
+from replay.txn.data_writer import DataFileWriter, WrittenFile
 from replay.txn.schema_merge import scala_type_name
+from replay.txn.write_spec import FileWriteSpec
 
 logger = logging.getLogger(__name__)
 

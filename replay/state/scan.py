@@ -19,6 +19,7 @@ from replay.data.reader import TableReader
 from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
 from replay.protocol.arrow_actions import add_actions
+from replay.protocol.predicate_expressions import from_expression
 from replay.protocol.predicates import (
     PREDICATE_TYPES,
     TRUE,
@@ -28,7 +29,6 @@ from replay.protocol.predicates import (
     column_name,
     columns_of,
     from_dnf,
-    from_expression,
     has_opaque,
     to_expression,
 )

@@ -1,13 +1,12 @@
 """Writing data files the way Delta on Spark lays them out.
 
-Hive-style partition directories (``col=value``, special characters escaped, nulls as
-``__HIVE_DEFAULT_PARTITION__``), partition columns left out of the data files, file names
-``part-<task:05d>-<uuid>-c<nnn>.snappy.parquet`` (``nnn`` counts the files a task rolled over to
-within one partition), log paths URL-encoded, and Delta's statistics for each file
-(:mod:`replay.txn.statistics`).
+Hive-style partition directories (:mod:`replay.txn.partition_paths`), partition columns left out
+of the data files, file names ``part-<task:05d>-<uuid>-c<nnn>.snappy.parquet`` (``nnn`` counts
+the files a task rolled over to within one partition), log paths URL-encoded, and Delta's
+statistics for each file (:mod:`replay.txn.statistics`).
 
 A :class:`DataFileWriter` takes Arrow batches (what a Spark task receives, or slices of a Python
-table), conforms them to the table's columns (:class:`FileWriteSpec`), checks the write's
+table), conforms them to the table's columns (:mod:`replay.txn.write_spec`), checks the write's
 constraints (the table's, :mod:`replay.txn.constraint_checks`, then a ``replaceWhere``
 predicate), splits them by partition and
 streams them into Parquet files, with row groups of about :data:`ROW_GROUP_ROWS` rows and at most
@@ -21,15 +20,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as _dt
-import functools
 import logging
 import os
 import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -39,23 +36,19 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
-from logstores.redaction import redact_url
 from replay.data.dictionaries import (
     decode_dictionaries,
     dictionary_columns,
     has_dictionaries,
-    is_dictionary_of,
 )
 from replay.protocol.actions import AddFile
-from replay.protocol.constraints import TableConstraints
 from replay.protocol.paths import resolve_path
-from replay.protocol.sql_predicate import parse_predicate
-from replay.txn.constraint_checks import InvariantViolationError, RowConstraints, compile_constraints
-from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, DEFAULT_STRING_PREFIX_LENGTH, StatisticsCollector
+from replay.txn.partition_paths import encode_log_path, partition_directory, partition_value_string
+from replay.txn.statistics import StatisticsCollector
+from replay.txn.write_spec import FileWriteSpec, check_replace_where, conform
 
 logger = logging.getLogger(__name__)
 
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 1024 * 1024
 """Rows per Parquet row group (batches are buffered up to this many rows or :data:`ROW_GROUP_BYTES`)."""
 ROW_GROUP_BYTES = 128 * 1024 * 1024
@@ -68,201 +61,6 @@ ARROW_SCHEMA_KEY = "ARROW:schema"
 stores it: the serialized schema, base64)."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
-
-
-# -- partition values and paths ---------------------------------------------------------------
-_ESCAPED_CHARS = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 0x20))
-_URI_PATH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!~*'();:@&=+$,/")
-
-
-def escape_partition_value(value: str) -> str:
-    """Hive's ``escapePathName``: ``%XX`` for characters that are unsafe in a directory name."""
-    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED_CHARS else ch for ch in value)
-
-
-def encode_log_path(relative_path: str) -> str:
-    """A data file's relative path as the log stores it (Hadoop ``Path.toUri.toString``).
-
-    ASCII characters that are not legal in a URI path are %-encoded (``%`` itself included);
-    non-ASCII characters stay as they are.
-    """
-    out: list[str] = []
-    for ch in relative_path:
-        if ch in _URI_PATH_SAFE or ord(ch) >= 0x80:
-            out.append(ch)
-        else:
-            out.extend(f"%{byte:02X}" for byte in ch.encode("utf-8"))
-    return "".join(out)
-
-
-def partition_value_string(value: Any, arrow_type: pa.DataType) -> str | None:
-    """A partition value as Delta serialises it in ``partitionValues`` (``None`` for null/empty)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(_dt.UTC).replace(tzinfo=None)
-        return value.isoformat(sep=" ", timespec="microseconds" if value.microsecond else "seconds")
-    if isinstance(value, _dt.date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="surrogateescape")
-    text = str(value)
-    if text == "" and pa.types.is_string(arrow_type):
-        return None
-    return text
-
-
-def partition_directory(partition_columns: list[str], values: Mapping[str, str | None]) -> str:
-    """``a=1/b=x%3Ay`` for the given values (``__HIVE_DEFAULT_PARTITION__`` for nulls)."""
-    parts = []
-    for column in partition_columns:
-        value = values[column]
-        rendered = HIVE_DEFAULT_PARTITION if value is None else escape_partition_value(value)
-        parts.append(f"{escape_partition_value(column)}={rendered}")
-    return "/".join(parts)
-
-
-# -- conforming data to the table ---------------------------------------------------------------
-@dataclass(frozen=True)
-class FileWriteSpec:
-    """What writing data files for one commit needs; picklable, so Spark tasks get it.
-
-    ``schema`` is the table's schema as Arrow (logical names, partition columns included) after
-    the write; incoming columns are matched to it case-insensitively, missing ones written as
-    nulls (generated columns computed). ``constraints`` are the table's rules for every row
-    (CHECK constraints, NOT NULL fields, invariants, generated columns), as texts: each writer
-    binds them itself (:func:`~replay.txn.constraint_checks.compile_constraints`), with
-    ``write_time`` as the expressions' ``current_timestamp()``. ``replace_where`` is checked on
-    every row after them.
-    """
-
-    table_path: str
-    schema: pa.Schema
-    partition_columns: tuple[str, ...] = ()
-    conf: Mapping[str, str] = field(default_factory=dict)
-    num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
-    string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
-    max_records_per_file: int | None = None
-    replace_where: str | None = None
-    constraints: TableConstraints = field(default_factory=TableConstraints)
-    write_time: _dt.datetime | None = None
-
-    def compile_constraints(self) -> RowConstraints | None:
-        """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
-        return compile_constraints(self.constraints, self.schema, self.table_path, self.write_time)
-
-    @property
-    def data_schema(self) -> pa.Schema:
-        """The schema of the data files: the table's columns but the partition columns, nested
-        fields nullable (a NOT NULL struct field inside a null struct holds a null; the table's
-        constraints, not the file schema, keep the others non-null)."""
-        partitions = set(self.partition_columns)
-        return pa.schema([f for f in relaxed_schema(self.schema) if f.name not in partitions])
-
-
-def conform(
-    data: pa.Table | pa.RecordBatch,
-    spec: FileWriteSpec,
-    constraints: RowConstraints | None = None,
-    *,
-    keep_dictionaries: bool = False,
-) -> pa.Table:
-    """``data`` with the table's column names, order and types (nested fields nullable:
-    :func:`relaxed_schema`); missing columns as nulls, missing generated columns computed, and the
-    table's constraints checked (``constraints``: the spec's,
-    compiled once by the caller; ``None`` when the table has none). With ``keep_dictionaries`` and
-    no constraints, a dictionary column of the type's values stays one (with 32-bit indices).
-
-    Raises :class:`InvariantViolationError` for a missing NOT NULL column or a row that violates a
-    constraint, and :class:`ValueError` naming the column for an unknown column or a value that
-    does not cast.
-    """
-    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-    if keep_dictionaries and constraints is not None:  # constraints read plain columns
-        table = decode_dictionaries(table)
-    by_lower = {name.lower(): index for index, name in enumerate(table.column_names)}
-    known = {name.lower() for name in spec.schema.names}
-    unknown = [name for name in table.column_names if name.lower() not in known]
-    if unknown:
-        raise ValueError(f"Columns {unknown} are not in the schema of table {spec.table_path}")
-    not_null = set(spec.constraints.not_null_columns)
-    generated = {g.column for g in spec.constraints.generated}
-    schema = relaxed_schema(spec.schema)
-    missing: list[str] = []
-    columns: list[pa.ChunkedArray | pa.Array] = []
-    for target in schema:
-        index = by_lower.get(target.name.lower())
-        if index is None:
-            if target.name in not_null and target.name not in generated:
-                raise InvariantViolationError(
-                    f"[DELTA_MISSING_NOT_NULL_COLUMN_VALUE] Column {target.name}, which has a NOT NULL "
-                    "constraint, is missing from the data being written into the table "
-                    f"{redact_url(spec.table_path)}.",
-                    error_class="DELTA_MISSING_NOT_NULL_COLUMN_VALUE",
-                    constraint="NOT NULL",
-                    expression=target.name,
-                )
-            missing.append(target.name)
-            columns.append(pa.nulls(table.num_rows, target.type))
-            continue
-        column = table.column(index)
-        if keep_dictionaries and is_dictionary_of(column.type, target.type):  # replay.data.dictionaries
-            kept = pa.dictionary(pa.int32(), target.type)  # any later rows cast to it without overflow
-            column = column if column.type == kept else column.cast(kept)
-            schema = schema.set(len(columns), target.with_type(kept))
-        elif column.type != target.type:
-            try:
-                column = column.cast(target.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise ValueError(
-                    f"Column {target.name} cannot be written to table {spec.table_path} "
-                    f"as {target.type}: {exc}"
-                ) from None
-        columns.append(column)
-    conformed = pa.Table.from_arrays(columns, schema=schema)
-    return conformed if constraints is None else constraints.enforce(conformed, missing)
-
-
-@functools.lru_cache(maxsize=64)
-def relaxed_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with every nested field nullable (top-level fields as they are): what data is
-    conformed to and files are written with. A null in a NOT NULL struct field then fails the NOT
-    NULL check with Delta's error rather than a cast error, and a NOT NULL field of a null struct
-    (which holds a null) can be stored. ``schema`` itself when nothing nested is NOT NULL."""
-    relaxed = pa.schema(
-        [pa.field(f.name, _nullable_type(f.type), f.nullable, f.metadata) for f in schema],
-        metadata=schema.metadata,
-    )
-    return schema if relaxed.equals(schema) else relaxed
-
-
-def _nullable_type(data_type: pa.DataType) -> pa.DataType:
-    if pa.types.is_struct(data_type):
-        return pa.struct([pa.field(f.name, _nullable_type(f.type), True, f.metadata) for f in data_type])
-    if pa.types.is_map(data_type):
-        key = pa.field(data_type.key_field.name, _nullable_type(data_type.key_type), False)
-        item = pa.field(data_type.item_field.name, _nullable_type(data_type.item_type), True)
-        return pa.map_(key, item, data_type.keys_sorted)
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        value = pa.field(data_type.value_field.name, _nullable_type(data_type.value_type), True)
-        return pa.list_(value) if pa.types.is_list(data_type) else pa.large_list(value)
-    return data_type
-
-
-def _check_replace_where(table: pa.Table, replace_where: str) -> None:
-    predicate = parse_predicate(replace_where).resolve(table.column_names)
-    violating = predicate.violating(table.select(predicate.columns))
-    if violating.num_rows:
-        row = violating.slice(0, 1).to_pylist()[0]
-        values = "\n".join(f" - {name} : {value}" for name, value in row.items())
-        raise InvariantViolationError(
-            "[DELTA_REPLACE_WHERE_MISMATCH] Written data does not conform to partial table overwrite "
-            f"condition or constraint '{replace_where}'.\n[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK "
-            f"constraint EXPRESSION({replace_where}) violated by row with values:\n{values}"
-        )
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -462,7 +260,7 @@ class DataFileWriter:
             return
         table = conform(data, self.spec, self._constraints, keep_dictionaries=self.keep_dictionaries)
         if self.spec.replace_where is not None:
-            _check_replace_where(decode_dictionaries(table), self.spec.replace_where)
+            check_replace_where(decode_dictionaries(table), self.spec.replace_where)
         for key, part in self._split(table):
             self._append(key, part)
 

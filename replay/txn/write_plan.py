@@ -19,7 +19,7 @@ streaming writers, with Delta's option names and errors:
   ``SetTransaction``, and a write whose version the application already committed is skipped.
 
 :func:`plan_write` runs where the write starts (the Spark driver); the :class:`WritePlan` is
-picklable and carries a :class:`~replay.txn.data_writer.FileWriteSpec` for the tasks that write
+picklable and carries a :class:`~replay.txn.write_spec.FileWriteSpec` for the tasks that write
 files. :func:`commit_write` commits the files once, then runs the post-commit hooks.
 """
 
@@ -48,7 +48,6 @@ from replay.protocol.table_properties import (
 )
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
-from replay.txn.data_writer import FileWriteSpec
 from replay.txn.schema_merge import (
     SchemaMismatchError,
     as_nullable,
@@ -57,6 +56,7 @@ from replay.txn.schema_merge import (
     scala_type_name,
     schema_mismatch_error,
 )
+from replay.txn.write_spec import FileWriteSpec
 
 logger = logging.getLogger(__name__)
 

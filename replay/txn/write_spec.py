@@ -1,0 +1,165 @@
+"""What a data write needs to know, and conforming incoming data to the table.
+
+A :class:`FileWriteSpec` (picklable, so Spark tasks get it) says which table, schema, partition
+columns, statistics settings and constraints a write has; :func:`conform` gives incoming Arrow data
+the table's column names, order and types and checks the table's constraints
+(:mod:`replay.txn.constraint_checks`); :func:`check_replace_where` checks a ``replaceWhere``
+predicate. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from logstores.redaction import redact_url
+from replay.data.dictionaries import decode_dictionaries, is_dictionary_of
+from replay.protocol.constraints import TableConstraints
+from replay.protocol.sql_predicate import parse_predicate
+from replay.txn.constraint_checks import InvariantViolationError, RowConstraints, compile_constraints
+from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, DEFAULT_STRING_PREFIX_LENGTH
+
+
+@dataclass(frozen=True)
+class FileWriteSpec:
+    """What writing data files for one commit needs; picklable, so Spark tasks get it.
+
+    ``schema`` is the table's schema as Arrow (logical names, partition columns included) after
+    the write; incoming columns are matched to it case-insensitively, missing ones written as
+    nulls (generated columns computed). ``constraints`` are the table's rules for every row
+    (CHECK constraints, NOT NULL fields, invariants, generated columns), as texts: each writer
+    binds them itself (:func:`~replay.txn.constraint_checks.compile_constraints`), with
+    ``write_time`` as the expressions' ``current_timestamp()``. ``replace_where`` is checked on
+    every row after them.
+    """
+
+    table_path: str
+    schema: pa.Schema
+    partition_columns: tuple[str, ...] = ()
+    conf: Mapping[str, str] = field(default_factory=dict)
+    num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
+    string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
+    max_records_per_file: int | None = None
+    replace_where: str | None = None
+    constraints: TableConstraints = field(default_factory=TableConstraints)
+    write_time: _dt.datetime | None = None
+
+    def compile_constraints(self) -> RowConstraints | None:
+        """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
+        return compile_constraints(self.constraints, self.schema, self.table_path, self.write_time)
+
+    @property
+    def data_schema(self) -> pa.Schema:
+        """The schema of the data files: the table's columns but the partition columns, nested
+        fields nullable (a NOT NULL struct field inside a null struct holds a null; the table's
+        constraints, not the file schema, keep the others non-null)."""
+        partitions = set(self.partition_columns)
+        return pa.schema([f for f in relaxed_schema(self.schema) if f.name not in partitions])
+
+
+def conform(
+    data: pa.Table | pa.RecordBatch,
+    spec: FileWriteSpec,
+    constraints: RowConstraints | None = None,
+    *,
+    keep_dictionaries: bool = False,
+) -> pa.Table:
+    """``data`` with the table's column names, order and types (nested fields nullable:
+    :func:`relaxed_schema`); missing columns as nulls, missing generated columns computed, and the
+    table's constraints checked (``constraints``: the spec's,
+    compiled once by the caller; ``None`` when the table has none). With ``keep_dictionaries`` and
+    no constraints, a dictionary column of the type's values stays one (with 32-bit indices).
+
+    Raises :class:`InvariantViolationError` for a missing NOT NULL column or a row that violates a
+    constraint, and :class:`ValueError` naming the column for an unknown column or a value that
+    does not cast.
+    """
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    if keep_dictionaries and constraints is not None:  # constraints read plain columns
+        table = decode_dictionaries(table)
+    by_lower = {name.lower(): index for index, name in enumerate(table.column_names)}
+    known = {name.lower() for name in spec.schema.names}
+    unknown = [name for name in table.column_names if name.lower() not in known]
+    if unknown:
+        raise ValueError(f"Columns {unknown} are not in the schema of table {spec.table_path}")
+    not_null = set(spec.constraints.not_null_columns)
+    generated = {g.column for g in spec.constraints.generated}
+    schema = relaxed_schema(spec.schema)
+    missing: list[str] = []
+    columns: list[pa.ChunkedArray | pa.Array] = []
+    for target in schema:
+        index = by_lower.get(target.name.lower())
+        if index is None:
+            if target.name in not_null and target.name not in generated:
+                raise InvariantViolationError(
+                    f"[DELTA_MISSING_NOT_NULL_COLUMN_VALUE] Column {target.name}, which has a NOT NULL "
+                    "constraint, is missing from the data being written into the table "
+                    f"{redact_url(spec.table_path)}.",
+                    error_class="DELTA_MISSING_NOT_NULL_COLUMN_VALUE",
+                    constraint="NOT NULL",
+                    expression=target.name,
+                )
+            missing.append(target.name)
+            columns.append(pa.nulls(table.num_rows, target.type))
+            continue
+        column = table.column(index)
+        if keep_dictionaries and is_dictionary_of(column.type, target.type):  # replay.data.dictionaries
+            kept = pa.dictionary(pa.int32(), target.type)  # any later rows cast to it without overflow
+            column = column if column.type == kept else column.cast(kept)
+            schema = schema.set(len(columns), target.with_type(kept))
+        elif column.type != target.type:
+            try:
+                column = column.cast(target.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise ValueError(
+                    f"Column {target.name} cannot be written to table {spec.table_path} "
+                    f"as {target.type}: {exc}"
+                ) from None
+        columns.append(column)
+    conformed = pa.Table.from_arrays(columns, schema=schema)
+    return conformed if constraints is None else constraints.enforce(conformed, missing)
+
+
+@functools.lru_cache(maxsize=64)
+def relaxed_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every nested field nullable (top-level fields as they are): what data is
+    conformed to and files are written with. A null in a NOT NULL struct field then fails the NOT
+    NULL check with Delta's error rather than a cast error, and a NOT NULL field of a null struct
+    (which holds a null) can be stored. ``schema`` itself when nothing nested is NOT NULL."""
+    relaxed = pa.schema(
+        [pa.field(f.name, _nullable_type(f.type), f.nullable, f.metadata) for f in schema],
+        metadata=schema.metadata,
+    )
+    return schema if relaxed.equals(schema) else relaxed
+
+
+def _nullable_type(data_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(data_type):
+        return pa.struct([pa.field(f.name, _nullable_type(f.type), True, f.metadata) for f in data_type])
+    if pa.types.is_map(data_type):
+        key = pa.field(data_type.key_field.name, _nullable_type(data_type.key_type), False)
+        item = pa.field(data_type.item_field.name, _nullable_type(data_type.item_type), True)
+        return pa.map_(key, item, data_type.keys_sorted)
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        value = pa.field(data_type.value_field.name, _nullable_type(data_type.value_type), True)
+        return pa.list_(value) if pa.types.is_list(data_type) else pa.large_list(value)
+    return data_type
+
+
+def check_replace_where(table: pa.Table, replace_where: str) -> None:
+    """Raise Delta's ``DELTA_REPLACE_WHERE_MISMATCH`` naming the first row of ``table`` that
+    ``replace_where`` does not hold for."""
+    predicate = parse_predicate(replace_where).resolve(table.column_names)
+    violating = predicate.violating(table.select(predicate.columns))
+    if violating.num_rows:
+        row = violating.slice(0, 1).to_pylist()[0]
+        values = "\n".join(f" - {name} : {value}" for name, value in row.items())
+        raise InvariantViolationError(
+            "[DELTA_REPLACE_WHERE_MISMATCH] Written data does not conform to partial table overwrite "
+            f"condition or constraint '{replace_where}'.\n[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK "
+            f"constraint EXPRESSION({replace_where}) violated by row with values:\n{values}"
+        )
