@@ -268,6 +268,21 @@ def stalled_endpoint() -> Iterator[StalledEndpoint]:
 
 
 # -- per-test stores -----------------------------------------------------------------------------
+def service_root(
+    request: pytest.FixtureRequest, service: str
+) -> tuple[str, str, Callable[..., dict[str, str]]]:
+    """(root URI on a new bucket or container, the emulator's endpoint, its storage settings for an
+    endpoint: the emulator's own without one) of ``service``: ``s3``, ``gcs`` or ``azure``."""
+    if service == "s3":
+        moto = request.getfixturevalue("moto_server")
+        return f"s3a://{moto.create_bucket()}", moto.endpoint, moto.s3a_conf
+    if service == "gcs":
+        gcs = request.getfixturevalue("gcs_server")
+        return f"gs://{gcs.create_bucket()}", gcs.endpoint, gcs.conf
+    azurite = request.getfixturevalue("azurite_server")
+    return f"abfs://{azurite.create_container()}", azurite.endpoint, azurite.conf
+
+
 def s3_settings(moto: MotoServer, endpoint: str | None = None, **extra: str) -> dict[str, str]:
     """The S3A settings of ``moto`` (or of ``endpoint`` in front of it) plus ``extra``."""
     return {**moto.s3a_conf(endpoint), **extra}

@@ -38,7 +38,7 @@ from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, DeletionVectorDescriptor, parse_action
 from replay.protocol.table_properties import InvalidTablePropertyError
 from replay.txn.write import write_table
-from tests.cloud_servers import running_fault_proxy, unique_name
+from tests.cloud_servers import running_fault_proxy, service_root, unique_name
 
 DV_CDF = {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"}
 
@@ -423,15 +423,7 @@ def test_deletes_with_dvs_read_the_same_in_delta_rs(tmp_path: Path, configuratio
 @pytest.mark.parametrize("service", ["s3", "gcs", "azure"])
 def test_one_put_per_dv_file_on_object_stores(request: pytest.FixtureRequest, service: str) -> None:
     """Through the storage settings of the table, a DV file is one upload; reads and discard work."""
-    if service == "s3":
-        moto = request.getfixturevalue("moto_server")
-        root, upstream, conf_for = f"s3a://{moto.create_bucket()}", moto.endpoint, moto.s3a_conf
-    elif service == "gcs":
-        gcs = request.getfixturevalue("gcs_server")
-        root, upstream, conf_for = f"gs://{gcs.create_bucket()}", gcs.endpoint, gcs.conf
-    else:
-        azurite = request.getfixturevalue("azurite_server")
-        root, upstream, conf_for = f"abfs://{azurite.create_container()}", azurite.endpoint, azurite.conf
+    root, upstream, conf_for = service_root(request, service)
     table = f"{root}/{unique_name('table')}"
     with running_fault_proxy(upstream) as proxy:
         conf = conf_for(proxy.endpoint)

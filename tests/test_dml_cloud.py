@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from replay import DeltaLog, DeltaTable, table_changes, write_table
-from tests.cloud_servers import unique_name
+from tests.cloud_servers import service_root, unique_name
 from tests.dml_cases import CDF, DV_CDF, normalised
 
 pytestmark = pytest.mark.cloud
@@ -56,15 +56,8 @@ def _run(
 def test_row_level_changes_on_object_stores(
     request: pytest.FixtureRequest, tmp_path: Path, service: str, configuration: dict[str, str]
 ) -> None:
-    if service == "s3":
-        moto = request.getfixturevalue("moto_server")
-        root, conf = f"s3a://{moto.create_bucket()}", moto.s3a_conf()
-    elif service == "gcs":
-        gcs = request.getfixturevalue("gcs_server")
-        root, conf = f"gs://{gcs.create_bucket()}", gcs.conf()
-    else:
-        azurite = request.getfixturevalue("azurite_server")
-        root, conf = f"abfs://{azurite.create_container()}", azurite.conf()
+    root, _, conf_for = service_root(request, service)
+    conf = conf_for()
     remote = _run(f"{root}/{unique_name('table')}", dict(conf), configuration)
     local = _run(str(tmp_path / "local"), {}, configuration)
     assert remote == local

@@ -21,7 +21,7 @@ from logstores.base import FileStatus
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from tests import request_counts as rc
-from tests.cloud_servers import FaultProxy, ProxiedRequest, running_fault_proxy, unique_name
+from tests.cloud_servers import FaultProxy, ProxiedRequest, running_fault_proxy, service_root, unique_name
 
 pytestmark = pytest.mark.cloud
 
@@ -54,22 +54,10 @@ class CountedTable:
             return list(self.proxy.requests)
 
 
-def _service_conf(request: pytest.FixtureRequest, service: str) -> tuple[str, str, Callable[[str], dict]]:
-    """(root URI on a new bucket, upstream endpoint, conf for an endpoint) of ``service``."""
-    if service == "s3":
-        moto = request.getfixturevalue("moto_server")
-        return f"s3a://{moto.create_bucket()}", moto.endpoint, moto.s3a_conf
-    if service == "gcs":
-        gcs = request.getfixturevalue("gcs_server")
-        return f"gs://{gcs.create_bucket()}", gcs.endpoint, gcs.conf
-    azurite_server = request.getfixturevalue("azurite_server")
-    return f"abfs://{azurite_server.create_container()}", azurite_server.endpoint, azurite_server.conf
-
-
 @pytest.fixture(scope="module", params=["s3", "gcs", "azure"])
 def counted_table(request: pytest.FixtureRequest) -> Iterator[CountedTable]:
     service = request.param
-    root, upstream, conf_for = _service_conf(request, service)
+    root, upstream, conf_for = service_root(request, service)
     uri = f"{root}/{unique_name('table')}"
     direct = conf_for(upstream)
     store = create_log_store(direct)

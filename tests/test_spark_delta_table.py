@@ -19,7 +19,7 @@ from replay import DeltaLog, DeltaTable, table_changes, write_table
 from replay.maintenance.restore import RestoreError
 from replay.spark import DeltaTable as SparkTable
 from replay.spark.optimize_builder import InvalidOptimizeFilterError, partition_filters
-from tests.cloud_servers import unique_name
+from tests.cloud_servers import service_root, unique_name
 from tests.dml_cases import CDF, DV_CDF, MERGE_TARGET, ROWS, normalised, our_rows
 from tests.paths import REPO_ROOT
 
@@ -246,15 +246,8 @@ def _changes(
 def test_row_level_changes_on_object_stores(
     spark: Any, request: pytest.FixtureRequest, tmp_path: Path, service: str
 ) -> None:
-    if service == "s3":
-        moto = request.getfixturevalue("moto_server")
-        root, conf = f"s3a://{moto.create_bucket()}", moto.s3a_conf()
-    elif service == "gcs":
-        gcs = request.getfixturevalue("gcs_server")
-        root, conf = f"gs://{gcs.create_bucket()}", gcs.conf()
-    else:
-        azurite = request.getfixturevalue("azurite_server")
-        root, conf = f"abfs://{azurite.create_container()}", azurite.conf()
+    root, _, conf_for = service_root(request, service)
+    conf = conf_for()
     remote = _changes(f"{root}/{unique_name('table')}", spark, dict(conf))
     assert remote == _changes(str(tmp_path / "local"), None, {})
     assert {c["_change_type"] for c in remote[1]} == {

@@ -28,7 +28,6 @@ from replay.dml.commit import (
     FileTotals,
     added_files,
     commit_dml,
-    discard_unless_committed,
     elapsed_ms,
     file_actions,
     snapshot_transaction,
@@ -37,7 +36,7 @@ from replay.dml.context import DmlTable, candidate_files, deletion_vectors_enabl
 from replay.dml.expressions import SqlText, true_positions
 from replay.dml.outputs import SinkFiles, Sinks
 from replay.dml.rewrite import FileChange, FileRewriter, removal
-from replay.dml.runner import run_files
+from replay.dml.runner import run_plan
 from replay.dml.target_rows import read_target_rows
 from replay.protocol.actions import AddFile
 from replay.protocol.arrow_actions import add_actions
@@ -97,13 +96,12 @@ def delete_rows(snapshot: Snapshot, predicate: str | None = None) -> DmlResult:
     candidates = candidate_files(snapshot, pruning)
     if decided_by_partition_values(candidates, pruning, snapshot.config):
         return remove_whole_files(txn, candidates, pruning, parameters, started)
-    sinks = Sinks(plan.table)
-    with discard_unless_committed(txn, sinks):
-        changes = run_files(
-            lambda f: plan.process_file(f, sinks), add_actions(candidates), plan.table.threads
-        )
-        scanned_ns = time.perf_counter_ns() - started
-        return finish_delete(
+    return run_plan(
+        txn,
+        plan,
+        candidates,
+        started,
+        lambda changes, sinks, scanned_ns: finish_delete(
             txn,
             changes,
             sinks.close(),
@@ -112,7 +110,8 @@ def delete_rows(snapshot: Snapshot, predicate: str | None = None) -> DmlResult:
             parameters=parameters,
             started_ns=started,
             scanned_ns=scanned_ns,
-        )
+        ),
+    )
 
 
 def delete_parameters(predicate: str | None) -> dict[str, list[str]]:

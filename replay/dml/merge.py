@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from replay.cdc.change_actions import CDC_TYPE_INSERT
 from replay.dml.assignments import regenerate
-from replay.dml.commit import DmlResult, discard_unless_committed, elapsed_ms, snapshot_transaction
+from replay.dml.commit import DmlResult, elapsed_ms, snapshot_transaction
 from replay.dml.context import DmlTable, candidate_files, dml_table
 from replay.dml.errors import InvalidDmlArgumentError, multiple_source_rows_error
 from replay.dml.expressions import SqlText, true_positions
@@ -47,10 +47,9 @@ from replay.dml.merge_commit import finish_merge, merge_parameters
 from replay.dml.merge_join import MergeJoin, joined, pairs_mapping, source_key_ranges
 from replay.dml.outputs import Sinks
 from replay.dml.rewrite import EMPTY, FileChange, FileRewriter, align, change_rows
-from replay.dml.runner import run_files
+from replay.dml.runner import run_plan
 from replay.dml.target_rows import read_target_rows
 from replay.protocol.actions import Action, AddFile
-from replay.protocol.arrow_actions import add_actions
 from replay.protocol.column_names import check_column_names
 from replay.protocol.predicates import TRUE, And, Or, Predicate
 from replay.protocol.schema import StructType
@@ -409,12 +408,8 @@ def merge_rows(
     plan = planned.plan
     candidates = candidate_files(snapshot, planned.pruning)
     txn = snapshot_transaction(snapshot, OPERATION)
-    sinks = Sinks(plan.table)
-    with discard_unless_committed(txn, sinks):
-        changes = run_files(
-            lambda f: plan.process_file(f, sinks), add_actions(candidates), plan.table.threads
-        )
-        scanned_ns = time.perf_counter_ns() - started
+
+    def finish(changes: list[FileChange], sinks: Sinks, scanned_ns: int) -> DmlResult:
         inserted = plan.insert_unmatched(
             [c.matched_source for c in changes if c.matched_source is not None], sinks
         )
@@ -432,6 +427,8 @@ def merge_rows(
             started_ns=started,
             scanned_ns=scanned_ns,
         )
+
+    return run_plan(txn, plan, candidates, started, finish)
 
 
 def _evolution(snapshot: Snapshot, schema: StructType) -> tuple[list[Action], TableConfiguration | None]:

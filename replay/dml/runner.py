@@ -3,17 +3,28 @@
 Files are worked on by the shared data-reading pool (:mod:`replay.log.concurrency`), each task
 holding one file's rows. When a task fails, files not yet started are skipped, every running
 task is waited for (so nothing is written after the caller cleans up), and the first error is
-raised.
+raised. :func:`run_plan` runs an operation's plan over its candidate files that way and hands
+the results to the operation's commit, deleting what was written unless the commit landed.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
+import pyarrow as pa
+
+from replay.dml.commit import DmlResult, discard_unless_committed
+from replay.dml.context import DmlTable
+from replay.dml.outputs import Sinks
+from replay.dml.rewrite import FileChange
 from replay.log.concurrency import Work, executor
+from replay.protocol.actions import AddFile
+from replay.protocol.arrow_actions import add_actions
+from replay.txn.transaction import Transaction
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -47,3 +58,29 @@ def run_files(function: Callable[[T], R], items: Sequence[T], threads: int) -> l
     if first is not None:
         raise first
     return [f.result() for f in futures]
+
+
+class FilePlan(Protocol):
+    """An operation's plan as the runner sees it: the table and the work on one file."""
+
+    @property
+    def table(self) -> DmlTable: ...
+
+    def process_file(self, file: AddFile, sinks: Sinks) -> FileChange: ...
+
+
+def run_plan(
+    txn: Transaction,
+    plan: FilePlan,
+    candidates: pa.Table,
+    started_ns: int,
+    finish: Callable[[list[FileChange], Sinks, int], DmlResult],
+) -> DmlResult:
+    """Run ``plan`` on each file of ``candidates`` (several at once, :func:`run_files`), then commit
+    with ``finish(changes, sinks, scanned_ns)``; the files written are deleted unless ``txn``
+    committed (:func:`~replay.dml.commit.discard_unless_committed`)."""
+    sinks = Sinks(plan.table)
+    with discard_unless_committed(txn, sinks):
+        files = add_actions(candidates)
+        changes = run_files(lambda f: plan.process_file(f, sinks), files, plan.table.threads)
+        return finish(changes, sinks, time.perf_counter_ns() - started_ns)

@@ -36,7 +36,6 @@ from replay.dml.commit import (
     FileTotals,
     added_files,
     commit_dml,
-    discard_unless_committed,
     file_actions,
     snapshot_transaction,
 )
@@ -45,10 +44,9 @@ from replay.dml.errors import InvalidDmlArgumentError
 from replay.dml.expressions import Assignment, LiteralValue, SqlText, true_positions
 from replay.dml.outputs import SinkFiles, Sinks
 from replay.dml.rewrite import EMPTY, FileChange, FileRewriter
-from replay.dml.runner import run_files
+from replay.dml.runner import run_plan
 from replay.dml.target_rows import read_target_rows
 from replay.protocol.actions import AddFile
-from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicates import Predicate
 from replay.state.snapshot import Snapshot
 from replay.txn.committer import now_ms
@@ -174,13 +172,12 @@ def update_rows(
     txn = snapshot_transaction(snapshot, OPERATION)
     plan, pruning = plan_update(snapshot, updates, new_values, predicate)
     candidates = candidate_files(snapshot, pruning)
-    sinks = Sinks(plan.table)
-    with discard_unless_committed(txn, sinks):
-        changes = run_files(
-            lambda f: plan.process_file(f, sinks), add_actions(candidates), plan.table.threads
-        )
-        scanned_ns = time.perf_counter_ns() - started
-        return finish_update(
+    return run_plan(
+        txn,
+        plan,
+        candidates,
+        started,
+        lambda changes, sinks, scanned_ns: finish_update(
             txn,
             changes,
             sinks.close(),
@@ -189,7 +186,8 @@ def update_rows(
             parameters=update_parameters(predicate),
             started_ns=started,
             scanned_ns=scanned_ns,
-        )
+        ),
+    )
 
 
 def finish_update(

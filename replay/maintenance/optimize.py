@@ -368,7 +368,27 @@ class TableOptimizer:
         self._snapshot = snapshot
         self._moved_to = moved_to
 
-    def _finish(self, result: OptimizeResult) -> dict[str, object]:
+    def _optimize(
+        self,
+        mode: OptimizeMode,
+        partition_filters: PartitionFilter | None,
+        target_size: int | None,
+        max_concurrent_tasks: int | None,
+        min_commit_interval: Interval | None,
+        *,
+        zorder_columns: Sequence[str] = (),
+    ) -> dict[str, object]:
+        """Run :func:`optimize` on the loaded version, move the table to what it committed, and
+        return the metrics."""
+        result = optimize(
+            self._snapshot(),
+            mode,
+            partition_filters=partition_filters,
+            zorder_columns=zorder_columns,
+            target_size=target_size,
+            max_concurrent_tasks=max_concurrent_tasks,
+            min_commit_interval=min_commit_interval,
+        )
         self._moved_to(result.version)
         return result.metrics
 
@@ -380,15 +400,8 @@ class TableOptimizer:
         min_commit_interval: Interval | None = None,
     ) -> dict[str, object]:
         """Compact small files into files of about ``target_size`` bytes (Delta's ``OPTIMIZE``)."""
-        return self._finish(
-            optimize(
-                self._snapshot(),
-                OptimizeMode.COMPACT,
-                partition_filters=partition_filters,
-                target_size=target_size,
-                max_concurrent_tasks=max_concurrent_tasks,
-                min_commit_interval=min_commit_interval,
-            )
+        return self._optimize(
+            OptimizeMode.COMPACT, partition_filters, target_size, max_concurrent_tasks, min_commit_interval
         )
 
     def z_order(
@@ -401,16 +414,13 @@ class TableOptimizer:
     ) -> dict[str, object]:
         """Rewrite every file of the selected partitions clustered along the Z-curve of ``columns``
         (Delta's ``OPTIMIZE ... ZORDER BY``)."""
-        return self._finish(
-            optimize(
-                self._snapshot(),
-                OptimizeMode.ZORDER,
-                zorder_columns=list(columns),
-                partition_filters=partition_filters,
-                target_size=target_size,
-                max_concurrent_tasks=max_concurrent_tasks,
-                min_commit_interval=min_commit_interval,
-            )
+        return self._optimize(
+            OptimizeMode.ZORDER,
+            partition_filters,
+            target_size,
+            max_concurrent_tasks,
+            min_commit_interval,
+            zorder_columns=list(columns),
         )
 
     def purge_deletion_vectors(
@@ -422,15 +432,8 @@ class TableOptimizer:
     ) -> dict[str, object]:
         """Rewrite the files that have deleted rows without them, so no deletion vector is left
         (Delta's ``REORG TABLE ... APPLY (PURGE)``; recorded as operation ``REORG``)."""
-        return self._finish(
-            optimize(
-                self._snapshot(),
-                OptimizeMode.PURGE,
-                partition_filters=partition_filters,
-                target_size=target_size,
-                max_concurrent_tasks=max_concurrent_tasks,
-                min_commit_interval=min_commit_interval,
-            )
+        return self._optimize(
+            OptimizeMode.PURGE, partition_filters, target_size, max_concurrent_tasks, min_commit_interval
         )
 
 
