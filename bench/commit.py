@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,10 +29,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
+
+harness.use_repo_packages()
 
 from bench.replay import SCHEMA_STRING, _checkpoint, _commit_bytes  # noqa: E402
 
@@ -95,8 +92,6 @@ def generate(root: Path, shape: Shape) -> Path:
 
 # -- measurement (child side) -----------------------------------------------------------------
 def child(engine: str, uri: str, batch: int) -> None:
-    import resource
-
     import pyarrow as pa
 
     rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "value": ["a", "b", "c"]})
@@ -116,27 +111,12 @@ def child(engine: str, uri: str, batch: int) -> None:
             else:
                 write_table(uri, rows)
 
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    started = time.perf_counter()
-    run()
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu}))
+    measured, _ = harness.measure(run)
+    harness.report(measured)
 
 
 def run_child(engine: str, table: Path, batch: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", engine, str(table), str(batch)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"{engine} failed on {table}:\n{result.stderr}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return harness.run_child(__file__, [engine, table, batch], f"{engine} on {table}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,34 +143,23 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, object]] = []
     for shape in shapes(args.quick):
         table = generate(args.workdir, shape)
-        runs: dict[str, list[dict[str, float]]] = {engine: [] for engine in engines}
-        for batch in range(repeat):  # interleaved, so that load hits every engine alike
-            for engine in engines:
-                runs[engine].append(run_child(engine, table, batch))
+        runs = harness.interleaved(
+            engines, repeat, lambda engine, batch, table=table: run_child(engine, table, batch)
+        )
         median = {
-            engine: (
-                statistics.median(run["seconds"] for run in runs[engine]),
-                statistics.median(run["cpu_seconds"] for run in runs[engine]),
-            )
+            engine: tuple(harness.medians(runs[engine], ("seconds", "cpu_seconds")).values())
             for engine in engines
         }
-        ratio = median["ours"][0] / median["deltars"][0]
+        ratio = harness.ratio(median["ours"][0], median["deltars"][0])
         cells = " | ".join(f"{median[e][0]:.3f} ({median[e][1]:.2f})" for e in engines)
         lines.append(f"| {shape.name} | {shape.files:,} | {cells} | {ratio:.2f} |")
         results.append(
             {"table": shape.name, "files": shape.files, **{e: median[e] for e in engines}, "ratio": ratio}
         )
         print(lines[-1], flush=True)
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    text = (
-        "\n".join(lines)
-        + f"\n\nrepeat {repeat}, median; load average at the end: {load} ({os.cpu_count()} CPUs)"
-    )
+    text = "\n".join(lines) + f"\n\n{harness.load_note(repeat)}"
     print(text)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    (RESULTS_DIR / f"commit-{stamp}.json").write_text(json.dumps(results, indent=2))
-    (RESULTS_DIR / f"commit-{stamp}.md").write_text(text + "\n")
+    harness.save_results("commit", results, text)
     return 0
 
 

@@ -14,6 +14,15 @@ module, registering operations and calling :func:`run_cases` with its own list.
 
 The cases here: compaction to one file per partition (``target_size`` 256 MiB) by ours and by
 deltalake; and a full scan of the table (ours) before and after our compaction.
+
+The ``retention`` section (``--section retention``; both sections run by default) times VACUUM and
+RESTORE against delta-rs on two generated tables whose data files are a few bytes (neither
+operation reads them): ``vacuum-100k``, 100 000 files in 100 partitions of which 50 000 were
+removed 30 days ago (ours with Delta's full vacuum, delta-rs with its default lite vacuum and with
+``full=True``, each on a hard-linked copy, deleting for real); ``restore-100``, 10 000 files at
+version 0 then 100 commits each replacing 100 of them, restored to the version before them. Its
+table gives each engine's median wall time, CPU seconds, peak RSS and the ratio ours / delta-rs;
+``--quick`` makes these tables 10x smaller.
 """
 
 from __future__ import annotations
@@ -28,20 +37,22 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
+
+harness.use_repo_packages()
 
 FILES = 5000
 PARTITIONS = 20
 ROWS_PER_FILE = int(os.environ.get("BENCH_ROWS_PER_FILE", "2000"))
 TARGET_SIZE = 256 * 1024 * 1024
 SMALL_FILES = "small-files"
+SECTIONS = ("compaction", "retention")
 
 Operation = Callable[[str], object]
 OPERATIONS: dict[str, Operation] = {}
@@ -135,53 +146,20 @@ def generate(root: Path, files: int) -> Path:
 
 
 # -- measurement ----------------------------------------------------------------------------------------
-def peak_rss_mb() -> float:
-    """This process's peak resident set (``VmHWM``; ``ru_maxrss`` would count the parent's, which
-    a forked child inherits on Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def child(module: str, name: str, uri: str) -> None:
-    import resource
-
     importlib.import_module(module)  # registers its operations in this module's registry
     function = importlib.import_module("bench.maintenance").OPERATIONS[name]
     import pyarrow as pa
 
     pa.array([0]).to_pylist()  # pyarrow's lazy initialisation is not the operation's cost
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    started = time.perf_counter()
-    result = function(uri)
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    print(
-        json.dumps(
-            {"seconds": seconds, "cpu_seconds": cpu, "peak_rss_mb": peak_rss_mb(), "result": result},
-            default=str,
-        )
-    )
-    sys.stdout.flush()
-    os._exit(0)  # no interpreter teardown: native libraries' exit handlers are not measured
+    measured, result = harness.measure(lambda: function(uri))
+    harness.report({**measured, "result": result}, hard_exit=True)
 
 
 def run_child(case: Case, uri: Path) -> dict[str, object]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", case.module, case.operation, str(uri)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
+    return harness.run_child(
+        __file__, ["compaction", case.module, case.operation, uri], f"{case.name} on {uri}"
     )
-    if result.returncode != 0:
-        raise RuntimeError(f"{case.name} failed on {uri}:\n{result.stderr}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def run_cases(
@@ -235,7 +213,9 @@ def table_text(results: list[dict[str, object]]) -> str:
     ]
     notes = []
     if {"compact-ours", "compact-deltars"} <= set(by_case):
-        ratio = float(by_case["compact-ours"]["seconds"]) / float(by_case["compact-deltars"]["seconds"])  # type: ignore[arg-type]
+        ratio = harness.ratio(
+            float(by_case["compact-ours"]["seconds"]), float(by_case["compact-deltars"]["seconds"])
+        )  # type: ignore[arg-type]
         notes.append(f"compaction ours / delta-rs: {ratio:.2f}x the time")
     if {"scan-before", "scan-after"} <= set(by_case):
         speedup = float(by_case["scan-before"]["seconds"]) / float(by_case["scan-after"]["seconds"])  # type: ignore[arg-type]
@@ -243,34 +223,268 @@ def table_text(results: list[dict[str, object]]) -> str:
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
+# -- VACUUM and RESTORE ----------------------------------------------------------------------------
+RETENTION_SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "p", "type": "integer", "nullable": True, "metadata": {}},
+        ],
+    }
+)
+ADDS_PER_COMMIT = 2000
+RETENTION_PARTITIONS = 100
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class RetentionCase:
+    name: str
+    operation: str
+    files: int
+
+    @property
+    def target(self) -> int:
+        """The version a restore goes back to: the last of the commits that added the files."""
+        return -(-self.files // ADDS_PER_COMMIT)
+
+
+def retention_cases(quick: bool) -> list[RetentionCase]:
+    scale = 10 if quick else 1
+    return [
+        RetentionCase("vacuum-100k", "vacuum", 100_000 // scale),
+        RetentionCase("restore-100", "restore", 10_000 // scale),
+    ]
+
+
+# -- tables ---------------------------------------------------------------------------------------
+def _header(log: Path, now: int) -> None:
+    protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+    metadata = {
+        "metaData": {
+            "id": str(uuid.uuid4()),
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": RETENTION_SCHEMA,
+            "partitionColumns": ["p"],
+            "configuration": {"delta.checkpointInterval": "1000000"},
+            "createdTime": now,
+        }
+    }
+    info = {"commitInfo": {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {}}}
+    (log / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in (info, protocol, metadata)) + "\n")
+
+
+def _file(index: int, tag: str) -> tuple[str, int]:
+    partition = index % RETENTION_PARTITIONS
+    return f"p={partition}/part-{index:06d}-{tag}-c000.snappy.parquet", partition
+
+
+def _add(path: str, partition: int, now: int) -> str:
+    return json.dumps(
+        {
+            "add": {
+                "path": path,
+                "partitionValues": {"p": str(partition)},
+                "size": 10,
+                "modificationTime": now,
+                "dataChange": True,
+                "stats": '{"numRecords":1}',
+            }
+        }
+    )
+
+
+def _remove(path: str, partition: int, deleted: int) -> str:
+    return json.dumps(
+        {
+            "remove": {
+                "path": path,
+                "deletionTimestamp": deleted,
+                "dataChange": True,
+                "extendedFileMetadata": True,
+                "partitionValues": {"p": str(partition)},
+                "size": 10,
+            }
+        }
+    )
+
+
+def _commit(log: Path, version: int, now: int, lines: list[str]) -> None:
+    info = json.dumps(
+        {"commitInfo": {"timestamp": now + version, "operation": "WRITE", "operationParameters": {}}}
+    )
+    (log / f"{version:020d}.json").write_text("\n".join([info, *lines]) + "\n")
+
+
+def _data_files(table: Path, paths: list[str], mtime: float) -> None:
+    for partition in range(RETENTION_PARTITIONS):
+        (table / f"p={partition}").mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        full = table / path
+        full.write_bytes(b"0123456789")
+        os.utime(full, (mtime, mtime))
+
+
+def generate_retention(root: Path, case: RetentionCase) -> Path:
+    """Create (once) the table of ``case``; returns it (a template: runs work on copies)."""
+    template = root / f"template-{case.name}"
+    if (template / ".complete").exists():
+        return template
+    shutil.rmtree(template, ignore_errors=True)
+    log = template / "_delta_log"
+    log.mkdir(parents=True)
+    month_ago = int(time.time() * 1000) - 30 * DAY_MS
+    _header(log, month_ago)
+    files = [_file(i, "a") for i in range(case.files)]
+    version = 0
+    for start in range(0, len(files), ADDS_PER_COMMIT):
+        version += 1
+        _commit(
+            log,
+            version,
+            month_ago,
+            [_add(p, q, month_ago) for p, q in files[start : start + ADDS_PER_COMMIT]],
+        )
+    paths = [p for p, _ in files]
+    if case.operation == "vacuum":  # half the files removed a month ago
+        removed = files[::2]
+        for start in range(0, len(removed), ADDS_PER_COMMIT):
+            version += 1
+            chunk = removed[start : start + ADDS_PER_COMMIT]
+            _commit(log, version, month_ago, [_remove(p, q, month_ago) for p, q in chunk])
+    else:  # 100 commits, each replacing 100 files (or 1% of the table)
+        per_commit = max(1, case.files // 100)
+        for step in range(100):
+            version += 1
+            gone = files[step * per_commit : (step + 1) * per_commit]
+            new = [_file(case.files + step * per_commit + i, "b") for i in range(per_commit)]
+            paths += [p for p, _ in new]
+            lines = [_remove(p, q, int(time.time() * 1000)) for p, q in gone]
+            _commit(log, version, month_ago, [*lines, *(_add(p, q, month_ago) for p, q in new)])
+    _data_files(template, paths, month_ago / 1000)
+    (template / ".complete").write_text("")
+    return template
+
+
+def fresh_copy(template: Path, root: Path) -> Path:
+    """A copy of ``template`` whose data files are hard links (cheap; deleting them in the copy
+    leaves the template alone) and whose log is copied (commits are added)."""
+    table = root / f"measured-{template.name.removeprefix('template-')}"
+    shutil.rmtree(table, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(template), str(table)], check=True)
+    shutil.rmtree(table / "_delta_log")
+    shutil.copytree(template / "_delta_log", table / "_delta_log")
+    return table
+
+
+# -- measurement (child side) -------------------------------------------------------------------
+def retention_child(engine: str, operation: str, uri: str, target: int) -> None:
+    """One run of ``operation`` by ``engine`` (restores go back to version ``target``)."""
+    if engine.startswith("deltars"):
+        from deltalake import DeltaTable as RustTable
+
+        def run() -> int:
+            table = RustTable(uri)
+            if operation == "vacuum":
+                return len(table.vacuum(dry_run=False, full=engine == "deltars-full"))
+            return int(table.restore(target)["numRestoredFile"])
+    else:
+        from replay import DeltaTable
+
+        def run() -> int:
+            table = DeltaTable(uri)
+            if operation == "vacuum":
+                return len(table.vacuum(dry_run=False))
+            return int(table.restore(target)["numRestoredFiles"])
+
+    measured, count = harness.measure(run)
+    harness.report({**measured, "files": count})
+
+
+def run_retention_child(engine: str, case: RetentionCase, table: Path) -> dict[str, float]:
+    return harness.run_child(
+        __file__, ["retention", engine, case.operation, table, case.target], f"{engine} on {table}"
+    )
+
+
+def run_retention(workdir: Path, quick: bool, repeat: int) -> tuple[str, list[dict[str, object]]]:
+    """VACUUM and RESTORE, ours against delta-rs: the table printed and the results."""
+    lines = [
+        "| case | files | engine | wall s | CPU s | peak RSS MB | files changed | ratio to delta-rs |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    results: list[dict[str, object]] = []
+    for case in retention_cases(quick):
+        template = generate_retention(workdir, case)
+        engines = ["ours", "deltars", "deltars-full"] if case.operation == "vacuum" else ["ours", "deltars"]
+        runs = harness.interleaved(
+            engines,
+            repeat,
+            lambda engine, _, case=case, template=template: run_retention_child(
+                engine, case, fresh_copy(template, workdir)
+            ),
+        )
+        median = {engine: harness.medians(runs[engine]) for engine in engines}
+        for engine in engines:
+            ratio = (
+                harness.ratio(median["ours"]["seconds"], median[engine]["seconds"])
+                if engine != "ours"
+                else None
+            )
+            m = median[engine]
+            lines.append(
+                f"| {case.name} | {case.files:,} | {engine} | {m['seconds']:.2f} | {m['cpu_seconds']:.2f} | "
+                f"{m['peak_rss_mb']:.0f} | {int(m['files']):,} | {'' if ratio is None else f'{ratio:.2f}'} |"
+            )
+            print(lines[-1], flush=True)
+        results.append({"case": case.name, "files": case.files, **median})
+    return "\n".join(lines), results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help=f"{FILES // 5} files, one run per case")
+    parser.add_argument("--quick", action="store_true", help="smaller tables, one run per case")
     parser.add_argument(
         "--workdir", type=Path, default=Path(tempfile.gettempdir()) / "delta-logstores-maintenance"
     )
     parser.add_argument("--repeat", type=int, default=None, help="runs per case (default 3, quick 1)")
-    parser.add_argument("--child", nargs=3, metavar=("MODULE", "OPERATION", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--section",
+        choices=SECTIONS,
+        action="append",
+        help="the part to run: compaction (and scans), retention (VACUUM, RESTORE); default both",
+    )
+    parser.add_argument("--child", nargs="+", metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(*args.child)
+        if args.child[0] == "retention":
+            engine, operation, path, target = args.child[1:]
+            retention_child(engine, operation, path, int(target))
+        else:
+            child(*args.child[1:])
         return 0
     repeat = args.repeat or (1 if args.quick else 3)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    files = FILES // 5 if args.quick else FILES
-    tables = {SMALL_FILES: generate(args.workdir, files)}
-    results = run_cases(CASES, tables, args.workdir, repeat)
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    text = (
-        f"{files:,} files in {PARTITIONS} partitions, {files * ROWS_PER_FILE:,} rows; median of {repeat}\n\n"
-        + table_text(results)
-        + f"\n\nload average at the end: {load} ({os.cpu_count()} CPUs)"
-    )
+    sections = args.section or list(SECTIONS)
+    parts: list[str] = []
+    results: dict[str, object] = {}
+    if "compaction" in sections:
+        files = FILES // 5 if args.quick else FILES
+        tables = {SMALL_FILES: generate(args.workdir, files)}
+        compaction = run_cases(CASES, tables, args.workdir, repeat)
+        parts.append(
+            f"{files:,} files in {PARTITIONS} partitions, {files * ROWS_PER_FILE:,} rows; "
+            f"median of {repeat}\n\n" + table_text(compaction)
+        )
+        results["compaction"] = compaction
+    if "retention" in sections:
+        text, retention = run_retention(args.workdir, args.quick, repeat)
+        parts.append(text)
+        results["retention"] = retention
+    text = "\n\n".join(parts) + f"\n\n{harness.load_note(repeat)}"
     print(text)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    (RESULTS_DIR / f"maintenance-{stamp}.json").write_text(json.dumps(results, indent=2, default=str))
-    (RESULTS_DIR / f"maintenance-{stamp}.md").write_text(text + "\n")
+    harness.save_results("maintenance", results, text)
     return 0
 
 

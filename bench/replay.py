@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,13 +33,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+# Run as a script, this file's name would shadow the ``replay`` package: see harness.use_repo_packages.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
 
-# Run as a script, this file's directory comes first on sys.path and its name would shadow the
-# ``replay`` package: look packages up from the repository root instead.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+harness.use_repo_packages()
 
 SCHEMA_STRING = json.dumps(
     {
@@ -155,7 +151,7 @@ def _checkpoint(table: Path) -> None:
         "import sys; from replay.delta_log import DeltaLog; "
         "log = DeltaLog.for_table(sys.argv[1]); log.checkpoint()"
     )
-    subprocess.run([sys.executable, "-c", code, str(table)], check=True, cwd=REPO_ROOT)
+    subprocess.run([sys.executable, "-c", code, str(table)], check=True, cwd=harness.REPO_ROOT)
 
 
 # -- measurement (child side) -----------------------------------------------------------------
@@ -177,8 +173,6 @@ def measure_deltars(path: str) -> int:
 
 
 def child(engine: str, path: str) -> None:
-    import resource
-
     # Imports are not part of the measurement. pyarrow imports pandas lazily on its first
     # conversion of Python objects (~0.3 s here); that import is paid before the clock starts.
     if engine == "ours":
@@ -190,38 +184,21 @@ def child(engine: str, path: str) -> None:
         pyarrow.array([0])
     else:
         import deltalake  # noqa: F401
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    started = time.perf_counter()
-    count = measure_ours(path) if engine == "ours" else measure_deltars(path)
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    peak_mb = after.ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss_mb": peak_mb, "files": count}))
+    measure_one = measure_ours if engine == "ours" else measure_deltars
+    measured, count = harness.measure(lambda: measure_one(path))
+    harness.report({**measured, "files": count})
 
 
 # -- driver -----------------------------------------------------------------------------------
 def run_child(engine: str, table: Path) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", engine, str(table)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"{engine} failed on {table}:\n{result.stderr}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return harness.run_child(__file__, [engine, table], f"{engine} on {table}")
 
 
 def measure(engine: str, table: Path, repeat: int) -> dict[str, float]:
     runs = [run_child(engine, table) for _ in range(repeat)]
     counts = {int(run["files"]) for run in runs}
     return {
-        "seconds": statistics.median(run["seconds"] for run in runs),
-        "cpu_seconds": statistics.median(run["cpu_seconds"] for run in runs),
-        "peak_rss_mb": statistics.median(run["peak_rss_mb"] for run in runs),
+        **harness.medians(runs, ("seconds", "cpu_seconds", "peak_rss_mb")),
         "files": counts.pop() if len(counts) == 1 else -1,
     }
 
@@ -273,24 +250,19 @@ def main(argv: list[str] | None = None) -> int:
                 "files": int(ours["files"]),
                 "ours_s": ours["seconds"],
                 "deltars_s": theirs["seconds"],
-                "time_ratio": ours["seconds"] / theirs["seconds"],
+                "time_ratio": harness.ratio(ours["seconds"], theirs["seconds"]),
                 "ours_mb": ours["peak_rss_mb"],
                 "deltars_mb": theirs["peak_rss_mb"],
-                "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"],
+                "rss_ratio": harness.ratio(ours["peak_rss_mb"], theirs["peak_rss_mb"]),
                 "ours_cpu_s": ours["cpu_seconds"],
                 "deltars_cpu_s": theirs["cpu_seconds"],
             }
         )
         print(render(rows[-1:]).splitlines()[-1], flush=True)
     table_text = render(rows)
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    table_text += f"\n\nrepeat {repeat}, median; load average at the end: {load} ({os.cpu_count()} CPUs)"
+    table_text += f"\n\n{harness.load_note(repeat)}"
     print(table_text)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    suffix = "-quick" if args.quick else ""
-    (RESULTS_DIR / f"replay-{stamp}{suffix}.json").write_text(json.dumps(rows, indent=2))
-    (RESULTS_DIR / f"replay-{stamp}{suffix}.md").write_text(table_text + "\n")
+    harness.save_results("replay-quick" if args.quick else "replay", rows, table_text)
     return 0
 
 
