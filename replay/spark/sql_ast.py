@@ -24,9 +24,9 @@ class StatementParseError(DeltaError, ValueError):
         line = statement.count("\n", 0, position) + 1
         column = position - (statement.rfind("\n", 0, position) + 1)
         header = detail if detail.startswith("[") else f"[PARSE_SYNTAX_ERROR] {detail}"
-        super().__init__(
-            f"{header} (line {line}, pos {column})\n\n== SQL ==\n{statement}\n{'-' * position}^^^"
-        )
+        lines = statement.split("\n")
+        shown = "\n".join([*lines[:line], "-" * column + "^^^", *lines[line:]])
+        super().__init__(f"{header} (line {line}, pos {column})\n\n== SQL ==\n{shown}")
 
 
 class UnsupportedStatementError(DeltaError, NotImplementedError):

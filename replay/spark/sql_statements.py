@@ -66,11 +66,13 @@ def spark_parse_check(spark: Any, statement: str) -> None:
     try:
         jsession.sessionState().sqlParser().parsePlan(statement)
     except Exception as error:  # noqa: BLE001 - only Spark's ParseException is ours to report
-        java = getattr(error, "java_exception", None)
-        if java is None or "ParseException" not in str(java.getClass().getName()):
+        java = getattr(error, "java_exception", None)  # py4j's error, or PySpark's captured one
+        name = str(java.getClass().getName()) if java is not None else type(error).__name__
+        if "ParseException" not in name:
             logger.debug("Spark's parser could not check the statement: %s", error)
             return
-        message = str(java.getMessage()).strip().splitlines()[0]
+        text = str(java.getMessage()) if java is not None else str(error)
+        message = next(line.strip() for line in [*text.strip().splitlines(), ""] if line.strip() or not line)
         found = _SPARK_POSITION.search(message)
         position = 0
         if found:
