@@ -11,12 +11,12 @@ Each measurement runs in a fresh interpreter on a fresh copy of the table:
 * ``delete``: ``DELETE WHERE value < 0.01`` (1 % of the rows, in every file);
 * ``update``: ``UPDATE SET amount = amount + 1 WHERE value < 0.01``.
 
-A Spark measurement starts its session and runs a small DELETE first (Python workers started, the
-library imported), then times the operation alone. The table printed (and written to
-``bench/results/``) gives the wall time of each engine, the files the Spark operation read against
-the files it changed (all 100 can match here: the source's keys and the deleted values are spread
-over every file), the bytes it wrote, and the speed-up of local[2] over local[1]; and the load
-average, since the machine may be shared.
+A Spark measurement starts its session and runs a small DELETE first (Python workers started,
+the library imported), then times the operation alone. The table printed (and written to
+``bench/results/``) gives the wall time of each engine, the files the Spark operation read
+against the files it changed (all 100 can match here: the source's keys and the deleted values
+are spread over every file), the bytes it wrote, and the speed-up of local[2] over local[1]; and
+the load average, since the machine may be shared.
 """
 
 from __future__ import annotations

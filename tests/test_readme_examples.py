@@ -201,6 +201,7 @@ ALTER = (
     'table.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})   # protocol -> (1, 4)',
 )
 SPARK_DML = ("Changing rows from Spark", "# from delta.tables import DeltaTable")
+SPARK_SQL = ("Delta's SQL statements", "from replay.spark import register_table, sql")
 RUN_HERE = {
     CREATE_LOG_STORE: "test_the_store_configuration_examples",
     FSSPEC_SCHEME: "test_the_store_configuration_examples",
@@ -220,6 +221,7 @@ RUN_HERE = {
     WRITE_SPARK: "test_the_spark_examples_on_s3",
     SESSION_STORE: "test_the_spark_examples_on_s3",
     SPARK_DML: "test_the_spark_dml_example_runs_as_written",
+    SPARK_SQL: "test_the_spark_sql_example_runs_as_written",
 }
 """The examples run by a test of this module (besides the marked ones), and which test runs each."""
 
@@ -634,3 +636,31 @@ def test_the_spark_dml_example_runs_as_written(spark: Any, tmp_path: Path) -> No
         (9, "c", 0, "new"),
     ]
     assert DeltaTable(uri).history(1)[0]["operation"] == "UPDATE"
+
+
+@pytest.mark.spark
+def test_the_spark_sql_example_runs_as_written(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from replay import DeltaTable, write_table
+
+    uri = str(tmp_path / "events")
+    table = pa.table(
+        {
+            "id": pa.array([1, 7, 9], pa.int64()),
+            "day": ["2023-12-31", "2024-02-01", "2024-03-01"],
+            "status": ["new", "new", "new"],
+        }
+    )
+    write_table(uri, table)
+    spark.createDataFrame(
+        [(9, "2024-03-02", "late"), (10, "2024-04-01", "new")], "id long, day string, status string"
+    ).createOrReplaceTempView("updates")
+    run_example(SPARK_SQL, {"s3a://bucket/events": uri}, {"spark": spark})
+    rows = sorted(DeltaTable(uri).to_pyarrow_table().to_pylist(), key=lambda row: row["id"])
+    assert [(r["id"], r["day"], r["status"]) for r in rows] == [
+        (7, "2024-02-01", "shipped"),
+        (9, "2024-03-02", "late"),
+        (10, "2024-04-01", "new"),
+    ]
+    assert DeltaTable(uri).history(1)[0]["operation"] == "MERGE"

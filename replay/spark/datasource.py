@@ -242,7 +242,7 @@ _REGISTERED: set[str] = set()
 """The sessions :func:`register` ran on (by session id)."""
 
 
-def _session_key(spark: SparkSession) -> str | None:
+def session_key(spark: SparkSession) -> str | None:
     """The id of a classic or Spark Connect session (``None`` if it has none)."""
     try:
         jsession: Any = getattr(spark, "_jsparkSession", None)
@@ -253,7 +253,7 @@ def _session_key(spark: SparkSession) -> str | None:
 
 def ensure_registered(spark: SparkSession) -> None:
     """Register the data sources on ``spark`` unless :func:`register` already did."""
-    key = _session_key(spark)
+    key = session_key(spark)
     if key is None or key not in _REGISTERED:
         register(spark)
 
@@ -288,7 +288,7 @@ def register(spark: SparkSession) -> type[DeltaLogDataSource]:
     spark.dataSource.register(configured)
     if not delta_source_on_classpath(spark):
         spark.dataSource.register(_configured("ConfiguredDeltaDataSource", DELTA_FORMAT_NAME, conf, link))
-    key = _session_key(spark)
+    key = session_key(spark)
     if key is not None:
         _REGISTERED.add(key)
     return configured

@@ -57,6 +57,13 @@ from replay.spark.table_info import (
 HADOOP_CONF_PREFIXES = ("fs.", "dfs.")
 
 
+def storage_options(hadoop_conf: Mapping[str, object] | None) -> dict[str, str]:
+    """The entries of a ``hadoopConf`` that configure storage: ``fs.*``, ``dfs.*`` and this
+    library's storage settings."""
+    options = {str(k): str(v) for k, v in (hadoop_conf or {}).items()}
+    return {k: v for k, v in options.items() if k.startswith(HADOOP_CONF_PREFIXES) or storage_conf({k: v})}
+
+
 class DeltaTable:
     """A Delta table at a path, for row-level changes and maintenance from PySpark (see the module
     docstring). Made by :meth:`forPath`."""
@@ -76,10 +83,7 @@ class DeltaTable:
         Raises :class:`~replay.protocol.errors.TableNotFoundError`
         (``[DELTA_MISSING_DELTA_TABLE] ... is not a Delta table.``) when there is none."""
         assert sparkSession is not None
-        options = {str(k): str(v) for k, v in (hadoopConf or {}).items()}
-        usable = {
-            k: v for k, v in options.items() if k.startswith(HADOOP_CONF_PREFIXES) or storage_conf({k: v})
-        }
+        usable = storage_options(hadoopConf)
         ensure_registered(sparkSession)
         target = SparkTarget(sparkSession, path, usable)
         if not target.log().table_exists():

@@ -132,10 +132,17 @@ class DeltaOptimizeBuilder:
         return self._run(OptimizeMode.ZORDER, [str(c) for c in columns])
 
     def _run(self, mode: OptimizeMode, columns: list[str]) -> Any:
-        snapshot = DeltaLog.for_table(self._target.path, self._target.conf()).update()
-        filters = partition_filters(self._conditions, snapshot.partition_columns, self._target.path)
-        job = plan_optimize(snapshot, mode, partition_filters=filters, zorder_columns=columns)
-        return self._result(optimize_on_spark(self._spark, snapshot, job))
+        return run_optimize(self._target, self._conditions, mode, columns)
 
-    def _result(self, metrics: Mapping[str, Any]) -> Any:
-        return self._spark.createDataFrame([(self._target.path, optimize_metrics(metrics))], OPTIMIZE_SCHEMA)
+
+def run_optimize(
+    target: SparkTarget, conditions: Sequence[str], mode: OptimizeMode, columns: Sequence[str]
+) -> Any:
+    """An OPTIMIZE (compaction, Z-order, or REORG's purge of deletion vectors) of ``target``'s
+    latest version, restricted to the partitions ``conditions`` select, with its bins rewritten on
+    the executors; returns Delta's OPTIMIZE result DataFrame."""
+    snapshot = DeltaLog.for_table(target.path, target.conf()).update()
+    filters = partition_filters(conditions, snapshot.partition_columns, target.path)
+    job = plan_optimize(snapshot, mode, partition_filters=filters, zorder_columns=list(columns))
+    metrics = optimize_on_spark(target.spark, snapshot, job)
+    return target.spark.createDataFrame([(target.path, optimize_metrics(metrics))], OPTIMIZE_SCHEMA)
