@@ -86,8 +86,23 @@ def run_child(script: str, arguments: Sequence[object], what: str) -> dict[str, 
         env=env,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{what} failed:\n{result.stderr}")
+        raise RuntimeError(f"{what} failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def repeated(function: Callable[[], T], repeat: int) -> tuple[list[float], T]:
+    """The wall seconds of each of ``repeat`` calls of ``function`` in this process, and the last
+    result."""
+    times: list[float] = []
+    for _ in range(repeat):
+        seconds, _, result = timed(function)
+        times.append(seconds)
+    return times, result
+
+
+def median_best(samples: Sequence[float]) -> dict[str, float]:
+    """``{"median_s": ..., "best_s": ...}`` of wall-time ``samples``."""
+    return {"median_s": statistics.median(samples), "best_s": min(samples)}
 
 
 def medians(runs: Sequence[Mapping[str, Any]], keys: Iterable[str] | None = None) -> dict[str, float]:
@@ -129,6 +144,14 @@ def load_note(repeat: int | None = None) -> str:
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     runs = f"repeat {repeat}, median; " if repeat is not None else ""
     return f"{runs}load average at the end: {load} ({os.cpu_count()} CPUs)"
+
+
+def write_json(name: str, results: object) -> Path:
+    """Write ``results`` as ``bench/results/<name>.json`` (replacing the last run's); its path."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return path
 
 
 def save_results(name: str, results: object, text: str) -> None:
