@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[list[object]] = []
     results: list[dict[str, object]] = []
     for operation in args.only or OPERATIONS:
+
         def run(engine: str, _: int, operation: str = operation) -> dict[str, object]:
             return run_child(engine, operation, templates[engine], args.workdir)
 
