@@ -116,10 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(
             {"operation": operation, **median, "metrics": {e: runs[e][-1]["metrics"] for e in ENGINES}}
         )
-        print(harness.markdown_table(header, rows[-1:]).splitlines()[-1], flush=True)
+        print(harness.markdown_row(rows[-1]), flush=True)
     note = f"{ROWS:,} rows in {FILES} files; {harness.load_note(repeat)}"
     text = harness.markdown_table(header, rows) + f"\n\n{note}"
-    print(text)
     harness.save_results("dml", results, text)
     return 0
 

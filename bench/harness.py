@@ -132,10 +132,15 @@ def seconds_cell(values: Mapping[str, float], *, digits: int = 2) -> str:
     return f"{values['seconds']:.{digits}f} ({values['cpu_seconds']:.2f})"
 
 
+def markdown_row(row: Sequence[object]) -> str:
+    """One row of a Markdown table (printed as soon as it is measured)."""
+    return "| " + " | ".join(str(cell) for cell in row) + " |"
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A Markdown table of ``header`` and ``rows``."""
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    lines = [markdown_row(header), markdown_row(["---"] * len(header))]
+    lines += [markdown_row(row) for row in rows]
     return "\n".join(lines)
 
 
@@ -155,7 +160,9 @@ def write_json(name: str, results: object) -> Path:
 
 
 def save_results(name: str, results: object, text: str) -> None:
-    """Write ``results`` (JSON) and ``text`` (Markdown) as ``bench/results/<name>-<time>.*``."""
+    """Print ``text``, and write ``results`` (JSON) and ``text`` (Markdown) as
+    ``bench/results/<name>-<time>.*``."""
+    print(text)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     (RESULTS_DIR / f"{name}-{stamp}.json").write_text(json.dumps(results, indent=2, default=str))

@@ -184,10 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 [operation, table, engine.removesuffix(" dv"), f"{run['seconds']:.1f}", shown, written, cell]
             )
-            print(harness.markdown_table(header, rows[-1:]).splitlines()[-1], flush=True)
+            print(harness.markdown_row(rows[-1]), flush=True)
         results.append({"operation": operation, "runs": runs})
     text = harness.markdown_table(header, rows) + f"\n\n{ROWS:,} rows in {FILES} files; {harness.load_note()}"
-    print(text)
     harness.save_results("spark-dml", results, text)
     return 0
 
