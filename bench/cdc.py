@@ -20,24 +20,18 @@ writing a new one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
 
-# Run as a script, this directory comes first on sys.path and ``bench/replay.py`` would shadow
-# the ``replay`` package: look packages up from the repository root instead.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+harness.use_repo_packages()
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
@@ -118,19 +112,6 @@ def check_same_rows(mine: pa.Table, theirs: pa.Table) -> None:
         raise SystemExit("the readers return different change rows")
 
 
-def cpu_seconds() -> float:
-    """User + system CPU time of this process so far (every thread, finished ones too)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def measure(reader: Callable[[Path], pa.Table], path: Path) -> tuple[float, float]:
-    """The wall and CPU seconds of one full read."""
-    started, cpu = time.perf_counter(), cpu_seconds()
-    reader(path)
-    return time.perf_counter() - started, cpu_seconds() - cpu
-
-
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the initial write")
@@ -165,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         load_before = os.getloadavg()[0]
         for _ in range(args.repeat):
             for name, reader in readers.items():
-                wall, cpu_time = measure(reader, path)
+                wall, cpu_time, _ = harness.timed(lambda reader=reader: reader(path))
                 times[name].append(wall)
                 cpu[name].append(cpu_time)
         load = (load_before, os.getloadavg()[0])
@@ -179,25 +160,24 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
         print(f"{'reader':<28}{'median s':>10}{'best s':>10}{'cpu s':>10}{'rows/s':>14}")
         for name, samples in times.items():
-            median, best, cpu_median = statistics.median(samples), min(samples), statistics.median(cpu[name])
+            summary = harness.median_best(samples)
+            median, best, cpu_median = summary["median_s"], summary["best_s"], statistics.median(cpu[name])
             result["readers"][name] = {  # type: ignore[index]
-                "median_s": median,
-                "best_s": best,
+                **summary,
                 "cpu_median_s": cpu_median,
                 "rows_per_s": rows / median,
             }
             print(f"{name:<28}{median:>10.3f}{best:>10.3f}{cpu_median:>10.3f}{rows / median:>14,.0f}")
         ours_times, theirs_times = times["replay.cdc.table_changes"], times["deltalake load_cdf"]
-        ratio = statistics.median(theirs_times) / statistics.median(ours_times)
-        best_ratio = min(theirs_times) / min(ours_times)
+        ratio = harness.ratio(statistics.median(theirs_times), statistics.median(ours_times))
+        best_ratio = harness.ratio(min(theirs_times), min(ours_times))
         result["throughput_ratio_ours_over_delta_rs"] = ratio
         result["best_time_ratio_ours_over_delta_rs"] = best_ratio
         print(
             f"change rows: {rows:,}; throughput ours / delta-rs = {ratio:.2f}x (median times), "
             f"{best_ratio:.2f}x (best times)"
         )
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / "cdc.json").write_text(json.dumps(result, indent=2) + "\n")
+        harness.write_json("cdc", result)
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -20,12 +20,10 @@ delta-rs. ``--quick`` generates the 100k tables only and runs each measurement o
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +32,7 @@ from bench import harness
 
 harness.use_repo_packages()
 
-from bench.replay import SCHEMA_STRING, _checkpoint, _commit_bytes  # noqa: E402
+from bench.replay import _checkpoint, _commit_bytes, _write_header  # noqa: E402
 
 ADDS_PER_COMMIT = 2000
 TAIL_COMMITS = 5
@@ -64,18 +62,7 @@ def generate(root: Path, shape: Shape) -> Path:
         log = template / "_delta_log"
         log.mkdir(parents=True)
         now = int(time.time() * 1000) - 10_000_000
-        protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
-        metadata = {
-            "metaData": {
-                "id": str(uuid.uuid4()),
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": SCHEMA_STRING,
-                "partitionColumns": [],
-                "configuration": {"delta.checkpointInterval": "1000000"},
-                "createdTime": now,
-            }
-        }
-        (log / f"{0:020d}.json").write_text(json.dumps(protocol) + "\n" + json.dumps(metadata) + "\n")
+        _write_header(log, now, configuration={"delta.checkpointInterval": "1000000"})
         commits = shape.files // ADDS_PER_COMMIT
         for version in range(1, commits + 1):
             (log / f"{version:020d}.json").write_bytes(_commit_bytes(version, ADDS_PER_COMMIT, now))
@@ -158,7 +145,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(lines[-1], flush=True)
     text = "\n".join(lines) + f"\n\n{harness.load_note(repeat)}"
-    print(text)
     harness.save_results("commit", results, text)
     return 0
 

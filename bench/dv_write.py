@@ -15,16 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-# Run as a script, this directory comes first on sys.path and ``bench/replay.py`` would shadow
-# the package: take it out, and put the repository (its ``replay``) first.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
+
+harness.use_repo_packages()
 
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
@@ -40,11 +38,7 @@ FILE_ROWS = 10_000_000
 
 def best(function: Callable[[], T], repeat: int) -> tuple[float, T]:
     """The shortest wall time of ``repeat`` calls, and the last result."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - start)
+    times, result = harness.repeated(function, repeat)
     return min(times), result
 
 

@@ -86,8 +86,23 @@ def run_child(script: str, arguments: Sequence[object], what: str) -> dict[str, 
         env=env,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{what} failed:\n{result.stderr}")
+        raise RuntimeError(f"{what} failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def repeated(function: Callable[[], T], repeat: int) -> tuple[list[float], T]:
+    """The wall seconds of each of ``repeat`` calls of ``function`` in this process, and the last
+    result."""
+    times: list[float] = []
+    for _ in range(repeat):
+        seconds, _, result = timed(function)
+        times.append(seconds)
+    return times, result
+
+
+def median_best(samples: Sequence[float]) -> dict[str, float]:
+    """``{"median_s": ..., "best_s": ...}`` of wall-time ``samples``."""
+    return {"median_s": statistics.median(samples), "best_s": min(samples)}
 
 
 def medians(runs: Sequence[Mapping[str, Any]], keys: Iterable[str] | None = None) -> dict[str, float]:
@@ -117,10 +132,15 @@ def seconds_cell(values: Mapping[str, float], *, digits: int = 2) -> str:
     return f"{values['seconds']:.{digits}f} ({values['cpu_seconds']:.2f})"
 
 
+def markdown_row(row: Sequence[object]) -> str:
+    """One row of a Markdown table (printed as soon as it is measured)."""
+    return "| " + " | ".join(str(cell) for cell in row) + " |"
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A Markdown table of ``header`` and ``rows``."""
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    lines = [markdown_row(header), markdown_row(["---"] * len(header))]
+    lines += [markdown_row(row) for row in rows]
     return "\n".join(lines)
 
 
@@ -131,8 +151,18 @@ def load_note(repeat: int | None = None) -> str:
     return f"{runs}load average at the end: {load} ({os.cpu_count()} CPUs)"
 
 
+def write_json(name: str, results: object) -> Path:
+    """Write ``results`` as ``bench/results/<name>.json`` (replacing the last run's); its path."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return path
+
+
 def save_results(name: str, results: object, text: str) -> None:
-    """Write ``results`` (JSON) and ``text`` (Markdown) as ``bench/results/<name>-<time>.*``."""
+    """Print ``text``, and write ``results`` (JSON) and ``text`` (Markdown) as
+    ``bench/results/<name>-<time>.*``."""
+    print(text)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     (RESULTS_DIR / f"{name}-{stamp}.json").write_text(json.dumps(results, indent=2, default=str))

@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness
 
 harness.use_repo_packages()
+
+from bench.replay import _write_header  # noqa: E402
 
 FILES = 5000
 PARTITIONS = 20
@@ -259,22 +260,6 @@ def retention_cases(quick: bool) -> list[RetentionCase]:
 
 
 # -- tables ---------------------------------------------------------------------------------------
-def _header(log: Path, now: int) -> None:
-    protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
-    metadata = {
-        "metaData": {
-            "id": str(uuid.uuid4()),
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": RETENTION_SCHEMA,
-            "partitionColumns": ["p"],
-            "configuration": {"delta.checkpointInterval": "1000000"},
-            "createdTime": now,
-        }
-    }
-    info = {"commitInfo": {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {}}}
-    (log / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in (info, protocol, metadata)) + "\n")
-
-
 def _file(index: int, tag: str) -> tuple[str, int]:
     partition = index % RETENTION_PARTITIONS
     return f"p={partition}/part-{index:06d}-{tag}-c000.snappy.parquet", partition
@@ -335,7 +320,14 @@ def generate_retention(root: Path, case: RetentionCase) -> Path:
     log = template / "_delta_log"
     log.mkdir(parents=True)
     month_ago = int(time.time() * 1000) - 30 * DAY_MS
-    _header(log, month_ago)
+    _write_header(
+        log,
+        month_ago,
+        schema=RETENTION_SCHEMA,
+        partition_columns=["p"],
+        configuration={"delta.checkpointInterval": "1000000"},
+        commit_info=True,
+    )
     files = [_file(i, "a") for i in range(case.files)]
     version = 0
     for start in range(0, len(files), ADDS_PER_COMMIT):
@@ -483,7 +475,6 @@ def main(argv: list[str] | None = None) -> int:
         parts.append(text)
         results["retention"] = retention
     text = "\n\n".join(parts) + f"\n\n{harness.load_note(repeat)}"
-    print(text)
     harness.save_results("maintenance", results, text)
     return 0
 

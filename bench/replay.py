@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,19 +108,31 @@ def _commit_bytes(version: int, adds: int, now: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _write_header(log: Path, now: int) -> None:
+def _write_header(
+    log: Path,
+    now: int,
+    *,
+    schema: str = SCHEMA_STRING,
+    partition_columns: Sequence[str] = (),
+    configuration: Mapping[str, str] | None = None,
+    commit_info: bool = False,
+) -> None:
+    """Version 0 of a generated table: protocol (1, 2) and metadata (with a ``CREATE TABLE``
+    ``commitInfo`` first if ``commit_info``)."""
     protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
     metadata = {
         "metaData": {
             "id": str(uuid.uuid4()),
             "format": {"provider": "parquet", "options": {}},
-            "schemaString": SCHEMA_STRING,
-            "partitionColumns": [],
-            "configuration": {},
+            "schemaString": schema,
+            "partitionColumns": list(partition_columns),
+            "configuration": dict(configuration or {}),
             "createdTime": now,
         }
     }
-    (log / f"{0:020d}.json").write_text(json.dumps(protocol) + "\n" + json.dumps(metadata) + "\n")
+    info = {"commitInfo": {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {}}}
+    actions = [info, protocol, metadata] if commit_info else [protocol, metadata]
+    (log / f"{0:020d}.json").write_text("\n".join(json.dumps(action) for action in actions) + "\n")
 
 
 def generate(root: Path, shape: Shape) -> Path:
@@ -261,7 +274,6 @@ def main(argv: list[str] | None = None) -> int:
         print(render(rows[-1:]).splitlines()[-1], flush=True)
     table_text = render(rows)
     table_text += f"\n\n{harness.load_note(repeat)}"
-    print(table_text)
     harness.save_results("replay-quick" if args.quick else "replay", rows, table_text)
     return 0
 

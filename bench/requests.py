@@ -24,19 +24,15 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
 
-# Run as a script, this file's directory comes first on sys.path: look packages up from the root.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+harness.use_repo_packages()
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 from logstores.testing.servers import (  # noqa: E402
@@ -71,6 +67,7 @@ def run_child(side: str, operation: str, uri: str, options: dict[str, str]) -> N
             log.snapshot(version).files_table()
         else:
             table_changes(log, first, last)
+        harness.report({})
         return
     import pyarrow as pa
     from deltalake import DeltaTable
@@ -82,6 +79,7 @@ def run_child(side: str, operation: str, uri: str, options: dict[str, str]) -> N
     else:
         table = DeltaTable(uri, storage_options=options)
         pa.table(table.load_cdf(starting_version=first, ending_version=last).read_all())
+    harness.report({})
 
 
 # -- services ----------------------------------------------------------------------------------------
@@ -147,7 +145,7 @@ class Azure(Service):
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        with running_azurite([REPO_ROOT]) as self.azurite:
+        with running_azurite([harness.REPO_ROOT]) as self.azurite:
             yield
 
     @property
@@ -207,13 +205,14 @@ class Counter:
         """Requests per kind sent by one ``operation`` of ``side`` in a fresh interpreter."""
         with self.proxy._lock:
             self.proxy.requests.clear()
-        argv = [sys.executable, __file__, "--child", side, operation, uri, json.dumps(options)]
-        started = time.perf_counter()
-        child = subprocess.run(argv, check=False, cwd=REPO_ROOT, capture_output=True, text=True)
-        elapsed = time.perf_counter() - started
         name = self.service.name
-        if child.returncode != 0:
-            error = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        arguments = [side, operation, uri, json.dumps(options)]
+        try:
+            elapsed, _, _ = harness.timed(
+                lambda: harness.run_child(__file__, arguments, f"{name} {side} {operation}")
+            )
+        except RuntimeError as failure:
+            error = (str(failure).strip().splitlines() or ["no output"])[-1]
             print(f"{name} {side} {operation} failed: {error}", file=sys.stderr)
             return {"error": error}
         with self.proxy._lock:
@@ -301,8 +300,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         return {}
     results = {name: run_service(SERVICES[name](), args.verbose) for name in args.services.split(",")}
     print_table(results)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "requests.json").write_text(json.dumps(results, indent=2) + "\n")
+    harness.write_json("requests", results)
     return results
 
 

@@ -19,23 +19,18 @@ queries also run through the ``deltalog`` Spark data source, with filter pushdow
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
 
-# Run as a script, this directory comes first on sys.path and ``bench/replay.py`` would shadow
-# the ``replay`` package: look packages up from the repository root instead.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+harness.use_repo_packages()
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
@@ -71,12 +66,6 @@ def delta_rs(path: Path, row_filter: list | None) -> tuple[pa.Table, int | None]
     return DeltaTable(str(path)).to_pyarrow_table(filters=row_filter), None
 
 
-def timed(function: Callable[[], object]) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    function()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 def same_rows(mine: pa.Table, theirs: pa.Table) -> bool:
     theirs = pa.table({f.name: theirs.column(f.name).cast(f.type) for f in mine.schema})
     keys = [("id", "ascending")]
@@ -86,12 +75,14 @@ def same_rows(mine: pa.Table, theirs: pa.Table) -> bool:
 def spark_times(path: Path, queries: dict[str, list], repeat: int) -> dict[str, dict[str, float]]:
     """Median wall time of ``count()`` of each query through the ``deltalog`` source, with filter
     pushdown on (files pruned before partitions are planned) and off (every file read)."""
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(harness.REPO_ROOT), os.environ.get("PYTHONPATH")])
+    )
     from replay.spark import register
     from replay.spark.session import local_session
 
     spark = local_session(
-        "scan-bench", {"spark.driver.memory": "2g", "spark.executorEnv.PYTHONPATH": str(REPO_ROOT)}
+        "scan-bench", {"spark.driver.memory": "2g", "spark.executorEnv.PYTHONPATH": str(harness.REPO_ROOT)}
     )
     register(spark)
     out: dict[str, dict[str, float]] = {}
@@ -101,7 +92,7 @@ def spark_times(path: Path, queries: dict[str, list], repeat: int) -> dict[str, 
             where = " and ".join(f"{c} {op} {v}" for c, op, v in row_filter)
             frame = spark.read.format("deltalog").load(str(path)).where(where)
             frame.count()  # warm-up (Python workers start)
-            times = [timed(frame.count)[0] for _ in range(repeat)]
+            times, _ = harness.repeated(frame.count, repeat)
             out.setdefault(name, {})[f"pushdown {pushdown}"] = statistics.median(times)
     spark.stop()
     return out
@@ -148,11 +139,11 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 raise SystemExit(f"{name}: the readers return different rows")
             samples: dict[str, list[tuple[float, float]]] = {"ours": [], "delta-rs": []}
             for _ in range(args.repeat):
-                samples["ours"].append(timed(lambda f=row_filter: ours(path, f)))
-                samples["delta-rs"].append(timed(lambda f=row_filter: delta_rs(path, f)))
+                samples["ours"].append(harness.timed(lambda f=row_filter: ours(path, f))[:2])
+                samples["delta-rs"].append(harness.timed(lambda f=row_filter: delta_rs(path, f))[:2])
             wall = {k: statistics.median(w for w, _ in v) for k, v in samples.items()}
             cpu = {k: statistics.median(c for _, c in v) for k, v in samples.items()}
-            ratio = wall["ours"] / wall["delta-rs"]
+            ratio = harness.ratio(wall["ours"], wall["delta-rs"])
             results[name] = {
                 "wall": wall,
                 "cpu": cpu,
@@ -170,10 +161,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             results["spark"] = spark_times(path, spark_queries, args.repeat)
             for name, times in results["spark"].items():
                 print(f"spark {name}: " + ", ".join(f"{k} {v:.3f} s" for k, v in times.items()))
-        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-        print(f"repeat {args.repeat}, median; load average at the end: {load}")
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / "scan.json").write_text(json.dumps(results, indent=2, default=str))
+        print(harness.load_note(args.repeat))
+        harness.write_json("scan", results)
         return results
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Row-level changes on Spark: the Spark ``DeltaTable`` (local[1] and local[2]) against the Python
 DML and delta-rs.
 
-Run ``python bench/spark_dml.py``. The table is ``bench/dml.py``'s (10 million rows in 100 files;
+Run ``python bench/spark_dml.py``. The table is ``bench/dml_tables.py``'s (10 million rows in 100 files;
 generated once under the work directory, copy-on-write; with ``--dv`` the deletion-vector one too).
 Each measurement runs in a fresh interpreter on a fresh copy of the table:
 
@@ -22,35 +22,23 @@ the load average, since the machine may be shared.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import logging
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
+
+harness.use_repo_packages()
+
+from bench.dml_tables import FILES, ROWS, generate, measured_copy, source_rows  # noqa: E402
 
 OPERATIONS = ("merge-100k", "delete", "update")
 SPARK_ENGINES = ("spark-local[2]", "spark-local[1]")
 MERGE_ENGINES = ("python", "deltars")
-
-
-def _dml_bench() -> Any:
-    """``bench/dml.py`` (its table and its MERGE source), loaded by path."""
-    spec = importlib.util.spec_from_file_location("bench_dml", REPO_ROOT / "bench" / "dml.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # -- measurement (child side) -----------------------------------------------------------------------
@@ -96,21 +84,17 @@ def spark_child(engine: str, operation: str, uri: str) -> dict[str, Any]:
     table = DeltaTable.forPath(spark, uri)
     source = None
     if operation.startswith("merge"):
-        source = spark.createDataFrame(_dml_bench().source_rows(operation)).alias("s")
-    started = time.perf_counter()
-    if operation == "delete":
-        result = table.delete("value < 0.01")
-    elif operation == "update":
-        result = table.update("value < 0.01", {"amount": "amount + 1"})
-    else:
-        result = (
-            table.alias("t")
-            .merge(source, "t.id = s.id")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-    seconds = time.perf_counter() - started
+        source = spark.createDataFrame(source_rows(operation)).alias("s")
+
+    def run() -> Any:
+        if operation == "delete":
+            return table.delete("value < 0.01")
+        if operation == "update":
+            return table.update("value < 0.01", {"amount": "amount + 1"})
+        merger = table.alias("t").merge(source, "t.id = s.id")
+        return merger.whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+    seconds, _, result = harness.timed(run)
 
     metrics = DeltaLog.for_table(uri).history(1)[0]["operationMetrics"]
     answer = {
@@ -124,38 +108,31 @@ def spark_child(engine: str, operation: str, uri: str) -> dict[str, Any]:
 
 
 def python_child(engine: str, operation: str, uri: str) -> dict[str, Any]:
-    source = _dml_bench().source_rows(operation)
+    source = source_rows(operation)
     if engine == "deltars":
         from deltalake import DeltaTable
     else:
         from replay import DeltaTable  # type: ignore[assignment]
-    started = time.perf_counter()
-    merger = DeltaTable(uri).merge(source, "t.id = s.id", source_alias="s", target_alias="t")
-    metrics = dict(merger.when_matched_update_all().when_not_matched_insert_all().execute())
-    return {"seconds": time.perf_counter() - started, "metrics": metrics}
+
+    def run() -> dict[str, object]:
+        merger = DeltaTable(uri).merge(source, "t.id = s.id", source_alias="s", target_alias="t")
+        return dict(merger.when_matched_update_all().when_not_matched_insert_all().execute())
+
+    seconds, _, metrics = harness.timed(run)
+    return {"seconds": seconds, "metrics": metrics}
 
 
 def child(engine: str, operation: str, uri: str) -> None:
     run = spark_child if engine.startswith("spark") else python_child
-    print(json.dumps(run(engine, operation, uri), default=str))
+    harness.report(run(engine, operation, uri))
 
 
 def run_child(engine: str, operation: str, template: Path, workdir: Path) -> dict[str, Any]:
-    table = workdir / "measured-spark"
-    shutil.rmtree(table, ignore_errors=True)
-    shutil.copytree(template, table, ignore=shutil.ignore_patterns(".complete"))
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", engine, operation, str(table)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    shutil.rmtree(table, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{engine} {operation} failed:\n{result.stderr[-4000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    table = measured_copy(template, workdir / "measured-spark")
+    try:
+        return harness.run_child(__file__, [engine, operation, table], f"{engine} {operation}")
+    finally:
+        shutil.rmtree(table, ignore_errors=True)
 
 
 # -- the table (parent side) -----------------------------------------------------------------------
@@ -175,15 +152,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(*args.child)
         return 0
-    dml = _dml_bench()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    cow = dml.generate(args.workdir, False)
-    dv = dml.generate(args.workdir, True) if args.dv else None
+    cow = generate(args.workdir, False)
+    dv = generate(args.workdir, True) if args.dv else None
     header = (
-        "| operation | table | engine | wall s | files read / changed (of all) | bytes written | "
-        "speed-up local[2] / local[1] |\n| --- | --- | --- | --- | --- | --- | --- |"
+        "operation",
+        "table",
+        "engine",
+        "wall s",
+        "files read / changed (of all)",
+        "bytes written",
+        "speed-up local[2] / local[1]",
     )
-    lines = [header]
+    print(harness.markdown_table(header, []), flush=True)
+    rows: list[list[object]] = []
     results = []
     for operation in args.only or OPERATIONS:
         runs: dict[str, dict[str, Any]] = {}
@@ -192,28 +174,20 @@ def main(argv: list[str] | None = None) -> int:
             runs[engine] = run_child(engine, operation, cow, args.workdir)
         if dv is not None:
             runs["spark-local[2] dv"] = run_child("spark-local[2]", operation, dv, args.workdir)
-        speedup = runs["spark-local[1]"]["seconds"] / runs["spark-local[2]"]["seconds"]
+        speedup = harness.ratio(runs["spark-local[1]"]["seconds"], runs["spark-local[2]"]["seconds"])
         for engine, run in runs.items():
             files = run.get("files")
             shown = f"{files[0]} / {files[2]} (of {files[1]})" if files else "-"
             table = "deletion vectors" if engine.endswith(" dv") else "copy-on-write"
             cell = f"{speedup:.2f}x" if engine == "spark-local[2]" else ""
-            lines.append(
-                f"| {operation} | {table} | {engine.removesuffix(' dv')} | {run['seconds']:.1f} | {shown} "
-                f"| {_written(run['metrics']) / 1e6:.0f} MB | {cell} |"
+            written = f"{_written(run['metrics']) / 1e6:.0f} MB"
+            rows.append(
+                [operation, table, engine.removesuffix(" dv"), f"{run['seconds']:.1f}", shown, written, cell]
             )
-            print(lines[-1], flush=True)
+            print(harness.markdown_row(rows[-1]), flush=True)
         results.append({"operation": operation, "runs": runs})
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    text = (
-        "\n".join(lines)
-        + f"\n\n10,000,000 rows in 100 files; load average at the end: {load} ({os.cpu_count()} CPUs)"
-    )
-    print(text)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    (RESULTS_DIR / f"spark-dml-{stamp}.json").write_text(json.dumps(results, indent=2, default=str))
-    (RESULTS_DIR / f"spark-dml-{stamp}.md").write_text(text + "\n")
+    text = harness.markdown_table(header, rows) + f"\n\n{ROWS:,} rows in {FILES} files; {harness.load_note()}"
+    harness.save_results("spark-dml", results, text)
     return 0
 
 

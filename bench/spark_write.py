@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
 
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+harness.use_repo_packages()
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
@@ -91,13 +88,8 @@ class NoopDataSource(DataSource):
 
 # -- timing -----------------------------------------------------------------------------------------
 def timed(action: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    return {"median_s": statistics.median(samples), "best_s": min(samples)}
+    """Wall seconds of one call of ``action``."""
+    return harness.timed(action)[0]
 
 
 def in_process_breakdown(workdir: Path, task_rows: int) -> dict[str, dict[str, float]]:
@@ -133,7 +125,7 @@ def in_process_breakdown(workdir: Path, task_rows: int) -> dict[str, dict[str, f
     results["driver: plan (list + snapshot)"] = [
         timed(lambda: plan_write(io, load_snapshot(io), delta_schema(data.schema), options)) for _ in range(3)
     ]
-    return {name: summary(samples) for name, samples in results.items()}
+    return {name: harness.median_best(samples) for name, samples in results.items()}
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -153,7 +145,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     from replay.spark.session import local_session
 
     spark = local_session(
-        "deltalog-write-bench", {"spark.driver.memory": "4g", "spark.executorEnv.PYTHONPATH": str(REPO_ROOT)}
+        "deltalog-write-bench",
+        {"spark.driver.memory": "4g", "spark.executorEnv.PYTHONPATH": str(harness.REPO_ROOT)},
     )
     register(spark)
     spark.dataSource.register(NoopDataSource)
@@ -200,14 +193,16 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         shutil.rmtree(workdir, ignore_errors=True)
 
     result: dict[str, Any] = {"rows": args.rows, "partitions": args.partitions, "repeat": args.repeat}
-    result["writers"] = {name: summary(samples) for name, samples in times.items()}
+    result["writers"] = {name: harness.median_best(samples) for name, samples in times.items()}
     result["breakdown"] = breakdown
     medians = {name: statistics.median(samples) for name, samples in times.items()}
     bests = {name: min(samples) for name, samples in times.items()}
     parquet_name, ours_name = "spark df.write.parquet", "spark deltalog"
-    result["ratio_deltalog_over_parquet"] = medians[ours_name] / medians[parquet_name]
-    result["ratio_deltalog_over_parquet_best"] = bests[ours_name] / bests[parquet_name]
-    result["ratio_deltalog_over_delta_rs"] = medians[ours_name] / medians["delta-rs write_deltalake"]
+    result["ratio_deltalog_over_parquet"] = harness.ratio(medians[ours_name], medians[parquet_name])
+    result["ratio_deltalog_over_parquet_best"] = harness.ratio(bests[ours_name], bests[parquet_name])
+    result["ratio_deltalog_over_delta_rs"] = harness.ratio(
+        medians[ours_name], medians["delta-rs write_deltalake"]
+    )
     print(f"{args.rows:,} rows, {args.partitions} partitions, {args.repeat} timed run(s)")
     print(f"{'writer':<34}{'median s':>10}{'best s':>10}{'rows/s':>14}")
     for name in writers:
@@ -220,8 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         f"{result['ratio_deltalog_over_parquet_best']:.2f}x (best); "
         f"deltalog / delta-rs = {result['ratio_deltalog_over_delta_rs']:.2f}x (median)"
     )
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "spark_write.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(harness.load_note(args.repeat))
+    harness.write_json("spark_write", result)
     return result
 
 

@@ -16,21 +16,14 @@ over hand-written); also written to ``bench/results/sql_expression.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness
 
-# Run as a script, this directory comes first on sys.path and ``bench/replay.py`` would shadow
-# the ``replay`` package: look packages up from the repository root instead.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO_ROOT))
+harness.use_repo_packages()
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
@@ -59,16 +52,6 @@ def make_table(rows: int, batches: int) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def timed(function: Callable[[], pa.ChunkedArray], repeat: int) -> tuple[list[float], pa.ChunkedArray]:
-    times = []
-    result = function()
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - start)
-    return times, result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -92,15 +75,14 @@ def main() -> None:
     results: dict[str, list[float]] = {}
     outputs = {}
     for name, function in (("grammar", grammar), ("checked", by_hand(True)), ("unchecked", by_hand(False))):
-        results[name], outputs[name] = timed(function, args.repeat)
+        function()  # warm-up
+        results[name], outputs[name] = harness.repeated(function, args.repeat)
     assert outputs["grammar"].to_pylist() == outputs["checked"].to_pylist()
-    summary = {
-        name: {"median_s": statistics.median(times), "best_s": min(times)} for name, times in results.items()
-    }
+    summary = {name: harness.median_best(times) for name, times in results.items()}
     for other in ("checked", "unchecked"):
         summary[f"ratio_vs_{other}"] = {
-            "median": summary["grammar"]["median_s"] / summary[other]["median_s"],
-            "best": summary["grammar"]["best_s"] / summary[other]["best_s"],
+            "median": harness.ratio(summary["grammar"]["median_s"], summary[other]["median_s"]),
+            "best": harness.ratio(summary["grammar"]["best_s"], summary[other]["best_s"]),
         }
     print(f"{args.rows} rows in {args.batches} batches, {TEXT}")
     for name in ("grammar", "checked", "unchecked"):
@@ -108,10 +90,10 @@ def main() -> None:
     for other in ("checked", "unchecked"):
         ratio = summary[f"ratio_vs_{other}"]
         print(f"  grammar / {other}: median {ratio['median']:.2f}x  best {ratio['best']:.2f}x")
-    print(f"  load average {os.getloadavg()}")
-    RESULTS_DIR.mkdir(exist_ok=True)
-    with open(RESULTS_DIR / "sql_expression.json", "w", encoding="utf-8") as out:
-        json.dump({"rows": args.rows, "batches": args.batches, "text": TEXT, **summary}, out, indent=2)
+    print(f"  {harness.load_note(args.repeat)}")
+    harness.write_json(
+        "sql_expression", {"rows": args.rows, "batches": args.batches, "text": TEXT, **summary}
+    )
 
 
 if __name__ == "__main__":
