@@ -136,8 +136,10 @@ def run_child(engine: str, operation: str, template: Path, workdir: Path) -> dic
 
 
 # -- the table (parent side) -----------------------------------------------------------------------
-def _written(metrics: dict[str, Any]) -> int:
-    return int(metrics.get("numAddedBytes", metrics.get("numTargetBytesAdded", 0)) or 0)
+def _written(metrics: dict[str, Any]) -> str:
+    """The bytes an operation reports it wrote ("-" where its metrics do not say: delta-rs's)."""
+    value = metrics.get("numAddedBytes", metrics.get("numTargetBytesAdded"))
+    return "-" if value is None else f"{int(value) / 1e6:.0f} MB"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = f"{files[0]} / {files[2]} (of {files[1]})" if files else "-"
             table = "deletion vectors" if engine.endswith(" dv") else "copy-on-write"
             cell = f"{speedup:.2f}x" if engine == "spark-local[2]" else ""
-            written = f"{_written(run['metrics']) / 1e6:.0f} MB"
+            written = _written(run["metrics"])
             rows.append(
                 [operation, table, engine.removesuffix(" dv"), f"{run['seconds']:.1f}", shown, written, cell]
             )
