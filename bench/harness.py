@@ -78,6 +78,7 @@ def run_child(script: str, arguments: Sequence[object], what: str) -> dict[str, 
     """Run ``script --child arguments`` in a fresh interpreter; its :func:`report` as a dict.
     Raises :class:`RuntimeError` with the child's error output (``what`` names the run)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    os.sync()  # the files a case copied or wrote before are on disk: their write-back is not measured
     result = subprocess.run(
         [sys.executable, script, "--child", *map(str, arguments)],
         check=False,

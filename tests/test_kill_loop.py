@@ -41,7 +41,7 @@ class KillPlan:
     max_delay_s: float  # a writer is killed uniformly within this long after its first commit
 
 
-PLANS = {"local": KillPlan(300, 0.06), "s3": KillPlan(80, 0.25), "s3_dynamodb": KillPlan(80, 0.4)}
+PLANS = {"local": KillPlan(150, 0.06), "s3": KillPlan(40, 0.25), "s3_dynamodb": KillPlan(40, 0.4)}
 
 
 @dataclass
