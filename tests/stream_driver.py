@@ -36,7 +36,7 @@ def main(argv: Sequence[str]) -> int:
         .json(source)
         .writeStream.format("deltalog")
         .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="1 second")
+        .trigger(processingTime="250 milliseconds")
         .start(table)
     )
     from replay import DeltaLog
