@@ -18,6 +18,7 @@ does not run (naming the API to use instead).
 from __future__ import annotations
 
 from replay.protocol.sql import parse_expression
+from replay.protocol.sql.cursor import TokenCursor
 from replay.protocol.sql.errors import ExpressionError
 from replay.spark import sql_ast as ast
 from replay.spark.sql_ast import ALTER_HINT, UNSUPPORTED, StatementParseError, UnsupportedStatementError
@@ -26,42 +27,9 @@ from replay.spark.sql_tokens import Token, tokenize
 _QUERY_STARTS = ("select", "with", "from", "table", "values")
 
 
-class StatementParser:
+class StatementParser(TokenCursor[Token]):
     def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = tokenize(text)
-        self.index = 0
-
-    # -- tokens ---------------------------------------------------------------------------------------
-    @property
-    def token(self) -> Token:
-        return self.tokens[self.index]
-
-    def peek(self, offset: int = 1) -> Token:
-        return self.tokens[min(self.index + offset, len(self.tokens) - 1)]
-
-    def advance(self) -> Token:
-        token = self.token
-        self.index = min(self.index + 1, len(self.tokens) - 1)
-        return token
-
-    def take(self, *words: str) -> Token | None:
-        return self.advance() if self.token.is_word(*words) else None
-
-    def take_op(self, *ops: str) -> Token | None:
-        return self.advance() if self.token.is_op(*ops) else None
-
-    def expect(self, *words: str) -> Token:
-        token = self.take(*words)
-        if token is None:
-            raise self.error(" or ".join(word.upper() for word in words))
-        return token
-
-    def expect_op(self, op: str) -> Token:
-        token = self.take_op(op)
-        if token is None:
-            raise self.error(repr(op))
-        return token
+        super().__init__(text, tokenize(text))
 
     def error(self, expected: str, token: Token | None = None) -> StatementParseError:
         at = token or self.token
@@ -114,8 +82,8 @@ class StatementParser:
         ):
             return ref
         self.index += offset + 1
-        self.expect("as")
-        self.expect("of")
+        self.expect_word("as")
+        self.expect_word("of")
         value = self.advance()
         if head.is_word("version", "system_version"):
             if value.kind == "number" and value.text.isdigit():
@@ -128,7 +96,7 @@ class StatementParser:
         return ast.with_timestamp(ref, value.value)
 
     def alias(self, stop: tuple[str, ...]) -> str | None:
-        if self.take("as"):
+        if self.take_word("as"):
             return self.identifier("an alias")
         if self.token.kind == "quoted" or (self.token.kind == "word" and not self.token.is_word(*stop)):
             return self.identifier()
@@ -203,14 +171,14 @@ class StatementParser:
 
     def describe(self) -> ast.Statement:
         self.advance()
-        if self.take("detail"):
+        if self.take_word("detail"):
             table = self.table(path_string=True)
             self.finish()
             return ast.DescribeDetail(table)
-        self.expect("history")
+        self.expect_word("history")
         table = self.table(path_string=True)
         limit = None
-        if self.take("limit"):
+        if self.take_word("limit"):
             token = self.advance()
             if token.kind != "number" or not token.text.isdigit():
                 raise self.error("an integer LIMIT", token)
@@ -221,10 +189,10 @@ class StatementParser:
     def optimize(self) -> ast.Statement:
         self.advance()
         table = self.table(path_string=True)
-        where = self.span(("zorder",), what="a partition predicate") if self.take("where") else None
+        where = self.span(("zorder",), what="a partition predicate") if self.take_word("where") else None
         columns: list[str] = []
-        if self.take("zorder"):
-            self.expect("by")
+        if self.take_word("zorder"):
+            self.expect_word("by")
             parenthesised = self.take_op("(") is not None
             columns.append(".".join(self.qualified_name()))
             while self.take_op(","):
@@ -246,21 +214,21 @@ class StatementParser:
                 f"VACUUM ... {self.token.text.upper()}", "sql(spark, 'VACUUM <table>') (a full vacuum)"
             )
         hours = None
-        if self.take("retain"):
+        if self.take_word("retain"):
             hours = float(self.number("a number of hours"))
-            self.expect("hours")
+            self.expect_word("hours")
         dry_run = False
-        if self.take("dry"):
-            self.expect("run")
+        if self.take_word("dry"):
+            self.expect_word("run")
             dry_run = True
         self.finish()
         return ast.Vacuum(table, hours, dry_run)
 
     def restore(self) -> ast.Statement:
         self.advance()
-        self.take("table")
+        self.take_word("table")
         table = self.table()
-        self.take("to")
+        self.take_word("to")
         restored = self.time_travel(table)
         if restored.version is None and restored.timestamp is None:
             raise self.error("VERSION AS OF or TIMESTAMP AS OF")
@@ -269,32 +237,32 @@ class StatementParser:
 
     def reorg(self) -> ast.Statement:
         self.advance()
-        self.expect("table")
+        self.expect_word("table")
         table = self.table()
-        where = self.span(("apply",), what="a partition predicate") if self.take("where") else None
-        self.expect("apply")
+        where = self.span(("apply",), what="a partition predicate") if self.take_word("where") else None
+        self.expect_word("apply")
         self.expect_op("(")
         if self.token.is_word("upgrade"):
             raise UnsupportedStatementError(
                 "REORG TABLE ... APPLY (UPGRADE UNIFORM ...)",
                 "Delta Lake on Spark (UniForm is not written here)",
             )
-        self.expect("purge")
+        self.expect_word("purge")
         self.expect_op(")")
         self.finish()
         return ast.Reorg(table, where)
 
     def alter(self) -> ast.Statement:
         self.advance()
-        self.expect("table")
+        self.expect_word("table")
         table = self.table()
-        if self.take("set"):
-            self.expect("tblproperties")
+        if self.take_word("set"):
+            self.expect_word("tblproperties")
             pairs = self.properties(with_values=True)
             self.finish()
             return ast.SetProperties(table, tuple((key, value or "") for key, value in pairs))
-        if self.take("unset"):
-            self.expect("tblproperties")
+        if self.take_word("unset"):
+            self.expect_word("tblproperties")
             if_exists = self.if_exists()
             keys = tuple(key for key, _ in self.properties(with_values=False))
             self.finish()
@@ -302,7 +270,7 @@ class StatementParser:
         if self.token.is_word("add") and self.peek().is_word("constraint"):
             self.index += 2
             name = self.identifier("a constraint name")
-            self.expect("check")
+            self.expect_word("check")
             self.expect_op("(")
             expression = self.span(what="a CHECK expression")
             self.expect_op(")")
@@ -320,8 +288,8 @@ class StatementParser:
         raise UnsupportedStatementError(f"ALTER TABLE ... {words}".rstrip(), ALTER_HINT)
 
     def if_exists(self) -> bool:
-        if self.take("if"):
-            self.expect("exists")
+        if self.take_word("if"):
+            self.expect_word("exists")
             return True
         return False
 
@@ -349,18 +317,18 @@ class StatementParser:
     # -- row-level changes ----------------------------------------------------------------------------
     def delete(self) -> ast.Statement:
         self.advance()
-        self.expect("from")
+        self.expect_word("from")
         table = ast.aliased(self.table(), self.alias(("where",)))
-        condition = self.span(what="a condition") if self.take("where") else None
+        condition = self.span(what="a condition") if self.take_word("where") else None
         self.finish()
         return ast.Delete(table, condition)
 
     def update(self) -> ast.Statement:
         self.advance()
         table = ast.aliased(self.table(), self.alias(("set",)))
-        self.expect("set")
+        self.expect_word("set")
         assignments = self.assignments(("where",))
-        condition = self.span(what="a condition") if self.take("where") else None
+        condition = self.span(what="a condition") if self.take_word("where") else None
         self.finish()
         return ast.Update(table, assignments, condition)
 
@@ -376,18 +344,18 @@ class StatementParser:
     def merge(self) -> ast.Statement:
         self.advance()
         evolution = False
-        if self.take("with"):
-            self.expect("schema")
-            self.expect("evolution")
+        if self.take_word("with"):
+            self.expect_word("schema")
+            self.expect_word("evolution")
             evolution = True
-        self.expect("into")
+        self.expect_word("into")
         target = ast.aliased(self.table(), self.alias(("using",)))
-        self.expect("using")
+        self.expect_word("using")
         source = self.merge_source()
-        self.expect("on")
+        self.expect_word("on")
         condition = self.span(("when",), what="a merge condition")
         clauses = []
-        while self.take("when"):
+        while self.take_word("when"):
             clauses.append(self.merge_clause())
         if not clauses:
             raise self.error("WHEN MATCHED or WHEN NOT MATCHED")
@@ -409,20 +377,22 @@ class StatementParser:
         return ast.MergeSource(table, None, self.alias(("on",)))
 
     def merge_clause(self) -> ast.MergeClause:
-        if self.take("matched"):
+        if self.take_word("matched"):
             kind = ast.MATCHED
         else:
-            self.expect("not")
-            self.expect("matched")
+            self.expect_word("not")
+            self.expect_word("matched")
             kind = ast.NOT_MATCHED
-            if self.take("by"):
+            if self.take_word("by"):
                 kind = (
-                    ast.NOT_MATCHED_BY_SOURCE if self.expect("target", "source").is_word("source") else kind
+                    ast.NOT_MATCHED_BY_SOURCE
+                    if self.expect_word("target", "source").is_word("source")
+                    else kind
                 )
-        condition = self.span(("then",), what="a clause condition") if self.take("and") else None
-        self.expect("then")
+        condition = self.span(("then",), what="a clause condition") if self.take_word("and") else None
+        self.expect_word("then")
         if kind == ast.NOT_MATCHED:
-            self.expect("insert")
+            self.expect_word("insert")
             if self.take_op("*"):
                 return ast.MergeClause(kind, "insert", condition, None)
             self.expect_op("(")
@@ -430,7 +400,7 @@ class StatementParser:
             while self.take_op(","):
                 columns.append(".".join(self.qualified_name()))
             self.expect_op(")")
-            self.expect("values")
+            self.expect_word("values")
             self.expect_op("(")
             values = [self.span(stop_ops=(",",), what="a value")]
             while self.take_op(","):
@@ -443,10 +413,10 @@ class StatementParser:
                     closing.position,
                 )
             return ast.MergeClause(kind, "insert", condition, tuple(zip(columns, values, strict=True)))
-        if self.take("delete"):
+        if self.take_word("delete"):
             return ast.MergeClause(kind, "delete", condition, None)
-        self.expect("update")
-        self.expect("set")
+        self.expect_word("update")
+        self.expect_word("set")
         if kind == ast.MATCHED and self.take_op("*"):
             return ast.MergeClause(kind, "update", condition, None)
         return ast.MergeClause(kind, "update", condition, self.assignments(("when",)))

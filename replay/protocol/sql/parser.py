@@ -33,6 +33,7 @@ import pyarrow as pa
 from replay.protocol.sql import datatypes as types
 from replay.protocol.sql import syntax
 from replay.protocol.sql.casts import parse_datetime_literal
+from replay.protocol.sql.cursor import TokenCursor
 from replay.protocol.sql.errors import ExpressionError
 from replay.protocol.sql.functions import FUNCTIONS, arity_error
 from replay.protocol.sql.lexer import Token, tokenize
@@ -72,43 +73,10 @@ def parse(text: str, kind: str = "expression") -> syntax.Node:
     return _Parser(text, kind).parse()
 
 
-class _Parser:
+class _Parser(TokenCursor[Token]):
     def __init__(self, text: str, kind: str) -> None:
-        self.text = text
+        super().__init__(text, tokenize(text, kind))
         self.kind = kind
-        self.tokens = tokenize(text, kind)
-        self.index = 0
-
-    # -- token helpers ------------------------------------------------------------------------------
-    @property
-    def token(self) -> Token:
-        return self.tokens[self.index]
-
-    def peek(self, offset: int = 1) -> Token:
-        return self.tokens[min(self.index + offset, len(self.tokens) - 1)]
-
-    def advance(self) -> Token:
-        token = self.tokens[self.index]
-        self.index = min(self.index + 1, len(self.tokens) - 1)
-        return token
-
-    def take_word(self, *words: str) -> Token | None:
-        return self.advance() if self.token.is_word(*words) else None
-
-    def take_op(self, *ops: str) -> Token | None:
-        return self.advance() if self.token.kind == "op" and self.token.text in ops else None
-
-    def expect_word(self, word: str) -> Token:
-        token = self.take_word(word)
-        if token is None:
-            raise self.error(word.upper())
-        return token
-
-    def expect_op(self, op: str) -> Token:
-        token = self.take_op(op)
-        if token is None:
-            raise self.error(repr(op))
-        return token
 
     def error(self, expected: str) -> ExpressionError:
         token = self.token
