@@ -60,6 +60,10 @@ OPERATIONS: dict[str, Operation] = {}
 """Operations by name (``<engine>:<what>``), run in the child process on a table URI."""
 
 
+ENGINES = {"ours": "replay", "deltars": "deltalake"}
+"""The package each engine's operations use (``<engine>:<what>``), imported before measuring."""
+
+
 def operation(name: str) -> Callable[[Operation], Operation]:
     """Register the decorated function as operation ``name``."""
 
@@ -150,6 +154,8 @@ def generate(root: Path, files: int) -> Path:
 def child(module: str, name: str, uri: str) -> None:
     importlib.import_module(module)  # registers its operations in this module's registry
     function = importlib.import_module("bench.maintenance").OPERATIONS[name]
+    engine = name.split(":", maxsplit=1)[0]
+    importlib.import_module(ENGINES[engine])  # loaded before the clock starts, as in bench/dml.py
     import pyarrow as pa
 
     pa.array([0]).to_pylist()  # pyarrow's lazy initialisation is not the operation's cost
