@@ -64,9 +64,7 @@ def added_paths(uri: str) -> list[Path]:
 
 
 @pytest.mark.parametrize("change_data_feed", [False, True])
-@pytest.mark.parametrize(
-    "operation", ["delete", "update-dictionary-column", "update-other-column", "merge"]
-)
+@pytest.mark.parametrize("operation", ["delete", "update-dictionary-column", "update-other-column", "merge"])
 def test_rewritten_files_are_as_before(tmp_path: Path, operation: str, change_data_feed: bool) -> None:
     configuration = {"delta.enableChangeDataFeed": "true"} if change_data_feed else {}
     ours, rust = twin_tables(tmp_path, DATA, configuration=configuration, max_rows_per_file=1000)

@@ -30,6 +30,7 @@ import logstores.s3
 import logstores.s3_dynamodb  # noqa: F401
 from tests.cloud_servers import MotoServer
 from tests.paths import REPO_ROOT
+from tests.spark_settings import session_settings
 
 # pytester's in-process runs drop the modules first imported inside them when they end; those the
 # S3 examples import are imported here, so every run uses the same classes (botocore's errors).
@@ -529,24 +530,6 @@ def test_the_cdc_to_merge_pipeline_runs_as_written(tmp_path: Path, monkeypatch: 
     monkeypatch.chdir(tmp_path)
     run_example(CDC_TO_MERGE)
     assert (tmp_path / "orders_copy" / "_delta_log" / "00000000000000000001.json").exists()
-
-
-@contextlib.contextmanager
-def session_settings(
-    spark: Any, settings: dict[str, str], also_restore: tuple[str, ...] = ()
-) -> Iterator[None]:
-    """``settings`` set in the session for the block; those and ``also_restore`` put back after."""
-    before = {key: spark.conf.get(key, None) for key in (*settings, *also_restore)}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 @pytest.mark.spark

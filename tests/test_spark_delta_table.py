@@ -192,9 +192,7 @@ def test_optimize_rewrites_each_bin_in_a_spark_task(spark: Any, tmp_path: Path) 
     bins = result.metrics.partitionsOptimized  # one bin per partition of more than one file
     assert bins >= 2 and tasks == [bins]  # each bin rewritten in a task of its own
     assert result.path == uri and result.metrics.numFilesAdded == bins
-    assert result.metrics.numFilesRemoved == len(before) - (
-        DeltaLog.for_table(uri).update().num_files - bins
-    )
+    assert result.metrics.numFilesRemoved == len(before) - (DeltaLog.for_table(uri).update().num_files - bins)
     assert our_rows(uri) == before == normalised(DeltaTable(uri).to_pyarrow_table())
     write_table(uri, ROWS, partition_by=["p"], mode="append", max_rows_per_file=1)
     result = table.optimize().where("p = 1").executeCompaction().collect()[0]

@@ -5,7 +5,6 @@ errors raised while planning, reading, writing, committing and streaming; bugs k
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import time
@@ -22,6 +21,7 @@ from replay.protocol.errors import ConcurrentAppendException
 from replay.spark import register
 from replay.spark.worker_errors import HIDE_TRACEBACK_VARIABLE, errors_first, our_errors_first
 from tests.cloud_servers import MotoServer, StalledEndpoint
+from tests.spark_settings import session_settings
 
 CREATE = "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
 INITIALIZE_WRITER = "[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer: "
@@ -36,22 +36,6 @@ STREAM_RUNTIME = (
 def deltalog(spark: Any) -> Iterator[Any]:
     register(spark)
     yield spark
-
-
-@contextlib.contextmanager
-def session_settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
-    """``settings`` set in the session for the block (set after ``register``: read at planning)."""
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def shown(error: pytest.ExceptionInfo[BaseException]) -> tuple[str, str]:

@@ -51,10 +51,13 @@ def chunked(values: list[Any], arrow_type: pa.DataType, cuts: list[int]) -> pa.C
 
 def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal, telling -0.0 from 0.0."""
-    return a.keys() == b.keys() and all(
-        (math.copysign(1, a[k]) == math.copysign(1, b[k])) if isinstance(a[k], float) else True
-        for k in a
-    ) and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    return (
+        a.keys() == b.keys()
+        and all(
+            (math.copysign(1, a[k]) == math.copysign(1, b[k])) if isinstance(a[k], float) else True for k in a
+        )
+        and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    )
 
 
 @settings(max_examples=300, deadline=None)
