@@ -31,11 +31,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from replay.log.concurrency import Work, default_threads, executor
+from replay.log.concurrency import Work, default_threads, executor, gc_paused
 from replay.log.table_io import TableIO
 from replay.maintenance.optimize_metrics import OptimizeMetrics, operation_metrics, predicate_sql
 from replay.maintenance.optimize_plan import (
@@ -291,6 +291,11 @@ def run_job(
     interval = interval_seconds(min_commit_interval)
     _check_tasks(max_concurrent_tasks)
     threads = max_concurrent_tasks or default_threads(Work.REWRITE, io.is_local)
+    rewriter = job.rewriter
+    if io.is_local and len(job.plan.bins) >= threads:
+        # enough bins to keep every thread busy: each reads its own files, with no hand-offs
+        # between threads (read-ahead pays where a read waits on a remote store, or for few bins)
+        rewriter = replace(rewriter, read_ahead=0)
     metrics = OptimizeMetrics.for_plan(job.plan)
     waiting: list[RewrittenBin] = []
     last_commit = time.monotonic()
@@ -308,8 +313,8 @@ def run_job(
         discard_rewritten(io, [finished])
 
     try:
-        with contextlib.closing(
-            _rewrite_in_order(job.rewriter.rewrite, job.plan.bins, threads, discard)
+        with gc_paused(), contextlib.closing(  # rewrites build no reference cycles
+            _rewrite_in_order(rewriter.rewrite, job.plan.bins, threads, discard)
         ) as done:
             for rewritten in done:
                 waiting.append(rewritten)

@@ -169,13 +169,13 @@ def read_in_order(
 ) -> Iterator[pa.Table]:
     """The rows of ``files`` (deletion vectors applied; ``columns`` or all), in order, as tables of
     about ``batch_rows`` rows (consecutive files of one partition together), with at most
-    ``read_ahead`` files read ahead on the data pool."""
+    ``read_ahead`` files read ahead on the data pool (none: read here, one after the other)."""
     reads = _FileReads(reader, columns)
-    pool = executor(Work.DATA, reader.concurrency)
+    pool = executor(Work.DATA, reader.concurrency) if read_ahead > 0 else None
     pending: list[pa.Table] = []
     values: Mapping[str, str | None] = {}
     count = 0
-    pairs = prefetch(pool, lambda file: (file, reads.read(file)), list(files), max(read_ahead, 1), batch=4)
+    pairs = prefetch(pool, lambda file: (file, reads.read(file)), list(files), read_ahead, batch=4)
     for file, table in pairs:
         partition = file.partition_values or {}
         if pending and (count >= batch_rows or partition != values):
