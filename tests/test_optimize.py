@@ -534,6 +534,61 @@ def test_files_of_older_schemas_are_compacted_with_their_missing_columns_as_null
     assert rust_rows_of(path, "a, b") == [(1, None), (2, None), (3, None), (4, "new")]
 
 
+@pytest.mark.parametrize("read_ahead", [0, 1, 16])
+def test_a_bin_reads_its_files_in_order_inline_or_ahead(tmp_path: Path, read_ahead: int) -> None:
+    """Local runs with a bin per thread read inline, others read ahead on the data pool: both
+    give each bin's rows in file order, deletion vectors applied, older files' columns as nulls."""
+    from replay.maintenance.optimize_rewrite import read_in_order, table_reader
+
+    path = str(tmp_path / "t")
+    dv_table(path)
+    write_table(
+        path,
+        pa.table({"p": [0, 1], "id": [900, 901], "text": ["x", "y"], "extra": [1.5, None]}),
+        merge_schema=True,
+    )
+    snapshot = DeltaLog.for_table(path).update()
+    files = sorted(snapshot.files(), key=lambda add: (str(add.partition_values), add.path))
+    reader = table_reader(snapshot)
+    batches = list(read_in_order(reader, files, read_ahead=read_ahead, batch_rows=30))
+    got = pa.concat_tables(batches).select(["p", "id", "text", "extra"]).to_pylist()
+    expected = [row for add in files for row in reader.read_file(add, ["id", "text", "extra"]).to_pylist()]
+    partitions = [
+        int(add.partition_values["p"]) for add in files for _ in range(reader.read_file(add, ["id"]).num_rows)
+    ]
+    assert [row["p"] for row in got] == partitions
+    assert [{k: v for k, v in row.items() if k != "p"} for row in got] == expected
+    assert len(got) == 162 and all(row["id"] % 5 for row in got if row["id"] < 900)
+    assert all(len({row["p"] for row in batch.to_pylist()}) == 1 for batch in batches)
+
+
+def test_a_local_run_with_a_bin_per_thread_reads_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay.maintenance import optimize_rewrite
+
+    path = str(tmp_path / "t")
+    small_files(path, partitions=4)
+    expected = rows(path)
+    pools: list[object] = []
+    real = optimize_rewrite.executor
+
+    def recording(work: object, threads: int) -> object:
+        pool = real(work, threads)  # type: ignore[arg-type]
+        pools.append(pool)
+        return pool
+
+    monkeypatch.setattr(optimize_rewrite, "executor", recording)
+    snapshot = DeltaLog.for_table(path).update()
+    run_job(snapshot.io, snapshot, plan_optimize(snapshot, OptimizeMode.COMPACT), max_concurrent_tasks=2)
+    assert pools == [] and rows(path) == expected  # 4 bins for 2 threads: no read-ahead
+    small_files(path, partitions=4)
+    expected = rows(path)
+    snapshot = DeltaLog.for_table(path).update()
+    run_job(snapshot.io, snapshot, plan_optimize(snapshot, OptimizeMode.COMPACT), max_concurrent_tasks=8)
+    assert len(pools) == 4 and all(pool is not None for pool in pools) and rows(path) == expected
+
+
 def rust_rows_of(path: str, columns: str) -> list[tuple[object, ...]]:
     query = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(path))
     table = pa.table(query.execute(f"select {columns} from t").read_all())

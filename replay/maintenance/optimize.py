@@ -313,9 +313,12 @@ def run_job(
         discard_rewritten(io, [finished])
 
     try:
-        with gc_paused(), contextlib.closing(  # rewrites build no reference cycles
-            _rewrite_in_order(rewriter.rewrite, job.plan.bins, threads, discard)
-        ) as done:
+        with (
+            gc_paused(),
+            contextlib.closing(  # rewrites build no reference cycles
+                _rewrite_in_order(rewriter.rewrite, job.plan.bins, threads, discard)
+            ) as done,
+        ):
             for rewritten in done:
                 waiting.append(rewritten)
                 if interval is not None and time.monotonic() - last_commit >= interval:
