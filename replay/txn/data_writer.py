@@ -100,7 +100,9 @@ class _OpenFile:
         self.target = f"{root}/{relative}"
         self._fs = fs
         self._schema = spec.data_schema
-        self._stats = StatisticsCollector(self._schema, spec.num_indexed_cols, spec.string_prefix_length)
+        self._stats = StatisticsCollector(
+            self._schema, spec.num_indexed_cols, spec.string_prefix_length, from_footer=True
+        )
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0
         self._buffered_bytes = 0
@@ -188,7 +190,7 @@ class _OpenFile:
             size=size,
             modification_time=now,
             data_change=True,
-            stats=self._stats.to_json(),
+            stats=self._stats.to_json(self._writer.writer.metadata),
         )
         return WrittenFile(add, self.rows)
 

@@ -10,11 +10,18 @@ timestamps are written with millisecond precision.
 
 A :class:`StatisticsCollector` takes a file's data in chunks, computes each chunk's figures with
 ``pyarrow.compute`` (no per-row Python) and combines them, so a file written batch by batch never
-has to be held whole.
+has to be held whole. A collector made ``from_footer`` leaves to the Parquet writer what it
+computes anyway, as delta-rs does: the null counts and bounds of integer, boolean, date,
+timestamp, decimal and string columns are read from the footer of the file written
+(:meth:`StatisticsCollector.to_json` given its metadata). Floating-point bounds stay computed here
+(Parquet's ignore NaN, Delta's leave a column holding one out), and so do the bounds of strings
+longer than :data:`FOOTER_STRING_BYTES`: a Parquet writer drops a bound longer than its limit
+(Arrow's: 4096 bytes), and the bound it dropped is then the least or greatest of those strings.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import decimal
 import math
@@ -25,6 +32,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from replay.protocol.table_properties import (
     DATA_SKIPPING_NUM_INDEXED_COLS,
@@ -32,6 +40,9 @@ from replay.protocol.table_properties import (
 )
 
 MAX_STRING_TIE_BREAKER = "\U0010ffff"
+FOOTER_STRING_BYTES = 1024
+"""Strings longer than this (in bytes) are bounded by the collector itself even when the footer
+gives the column's bounds: at most the limit beyond which a Parquet writer leaves a bound out."""
 """Appended to a truncated max string so it stays an upper bound."""
 DEFAULT_NUM_INDEXED_COLS = DATA_SKIPPING_NUM_INDEXED_COLS.default
 DEFAULT_STRING_PREFIX_LENGTH = DATA_SKIPPING_STRING_PREFIX_LENGTH.default
@@ -48,6 +59,16 @@ def _has_min_max(arrow_type: pa.DataType) -> bool:
         or pa.types.is_timestamp(arrow_type)
         or pa.types.is_decimal(arrow_type)
     )
+
+
+def _footer_bounded(arrow_type: pa.DataType) -> bool:
+    """Whether a Parquet footer's statistics of a column of ``arrow_type`` are Delta's: exact
+    bounds in the same order (strings compared as UTF-8 bytes) and null counts."""
+    return _has_min_max(arrow_type) and not pa.types.is_floating(arrow_type)
+
+
+def _is_text(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
 
 
 def _stat_value(value: Any, arrow_type: pa.DataType) -> Any:
@@ -68,19 +89,33 @@ def _stat_value(value: Any, arrow_type: pa.DataType) -> Any:
     return value
 
 
+Bounds = tuple[Any, Any]
+
+
 @dataclass
 class _Leaf:
-    """Running figures of one leaf column (``path`` are field indexes from the top level)."""
+    """Running figures of one leaf column (``indexes``: field indexes from the top level).
+
+    ``footer`` is the Parquet column index of a leaf whose figures the file's footer gives (a
+    collector made ``from_footer``); such a leaf only bounds its long strings itself, one entry
+    of ``own`` per chunk added (``None`` where the chunk has none).
+    """
 
     names: tuple[str, ...]
     indexes: tuple[int, ...]
     arrow_type: pa.DataType
-    nulls: int = 0
+    footer: int | None = None
+    nulls: int | None = 0
     low: Any = None
     high: Any = None
     has_nan: bool = False
+    own: list[Bounds | None] = field(default_factory=list)
 
     def add(self, array: pa.ChunkedArray) -> None:
+        if self.footer is not None:
+            self.own.append(_long_string_bounds(array) if _is_text(self.arrow_type) else None)
+            return
+        assert self.nulls is not None
         self.nulls += array.null_count
         if self.has_nan or not _has_min_max(self.arrow_type) or array.null_count == len(array):
             return
@@ -90,16 +125,48 @@ class _Leaf:
             if _any_nan(array):
                 self.has_nan = True
                 return
-            low, high = _float_bounds(array)
+            self._widen(_float_bounds(array))
         else:
-            result = pc.min_max(array)
-            low, high = result["min"].as_py(), result["max"].as_py()
+            self._widen(_min_max(array))
+
+    def _widen(self, bounds: Bounds) -> None:
+        low, high = bounds
         if low is not None and (self.low is None or low < self.low):
             self.low = low
         if high is not None and (self.high is None or high > self.high):
             self.high = high
 
-    def bounds(self, prefix_length: int) -> tuple[Any, Any]:
+    def read_footer(self, metadata: pq.FileMetaData, chunk_ends: list[int]) -> None:
+        """Take this leaf's figures from the footer of the file written (``chunk_ends``: the
+        running row count after each chunk added; a row group never spans two chunks). A row
+        group without bounds takes its chunk's own; a figure the footer lacks is left unknown."""
+        assert self.footer is not None
+        self.nulls, self.low, self.high = 0, None, None
+        bounded = True
+        start = 0
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group).column(self.footer)
+            statistics = chunk.statistics
+            rows = metadata.row_group(group).num_rows
+            if statistics is None or not statistics.has_null_count:
+                self.nulls, bounded = None, False
+                break
+            assert self.nulls is not None
+            self.nulls += statistics.null_count
+            if statistics.has_min_max:
+                self._widen((statistics.min, statistics.max))
+            elif statistics.null_count < chunk.num_values:  # values, but bounds too long to keep
+                index = bisect.bisect_right(chunk_ends, start)
+                own = self.own[index] if rows and index < len(self.own) else None
+                if own is None:
+                    bounded = False
+                else:
+                    self._widen(own)
+            start += rows
+        if not bounded:
+            self.low = self.high = None
+
+    def bounds(self, prefix_length: int) -> Bounds:
         """Minimum and maximum as written (strings cut to ``prefix_length`` characters)."""
         if self.has_nan or self.low is None or self.high is None:
             return None, None
@@ -109,6 +176,29 @@ class _Leaf:
         if isinstance(high, str) and len(high) > prefix_length:
             high = high[:prefix_length] + MAX_STRING_TIE_BREAKER
         return _stat_value(low, self.arrow_type), _stat_value(high, self.arrow_type)
+
+
+def _min_max(array: pa.ChunkedArray) -> Bounds:
+    result = pc.min_max(array)
+    return result["min"].as_py(), result["max"].as_py()
+
+
+def _long_string_bounds(array: pa.ChunkedArray) -> Bounds | None:
+    """The bounds of a chunk of strings holding one longer than :data:`FOOTER_STRING_BYTES`
+    (``None`` when it holds none): the chunk's row groups may lack the bounds in the footer."""
+    if pa.types.is_dictionary(array.type):
+        if not any(_longest(chunk.dictionary) > FOOTER_STRING_BYTES for chunk in array.chunks):
+            return None
+        array = _used_values(array)
+    if not any(_longest(chunk) > FOOTER_STRING_BYTES for chunk in array.chunks):
+        return None
+    return _min_max(array)
+
+
+def _longest(strings: pa.Array) -> int:
+    """Bytes of the longest non-null string of ``strings`` (0 for none)."""
+    longest = pc.max(pc.binary_length(strings)).as_py()
+    return int(longest) if longest is not None else 0
 
 
 def _used_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -143,11 +233,29 @@ def _float_bounds(array: pa.ChunkedArray) -> tuple[float | None, float | None]:
     return result["min"].as_py(), result["max"].as_py()
 
 
-def _leaves(schema: pa.Schema, limit: int) -> list[_Leaf]:
-    """The first ``limit`` leaf columns (-1: all), depth first in schema order."""
+def _parquet_columns(arrow_type: pa.DataType) -> int:
+    """How many Parquet leaf columns a column of ``arrow_type`` is stored as."""
+    if pa.types.is_dictionary(arrow_type):
+        return 1
+    if pa.types.is_struct(arrow_type):
+        return sum(_parquet_columns(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    if pa.types.is_map(arrow_type):
+        return _parquet_columns(arrow_type.key_type) + _parquet_columns(arrow_type.item_type)
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _parquet_columns(arrow_type.value_type)
+    if pa.types.is_fixed_size_list(arrow_type):
+        return _parquet_columns(arrow_type.value_type)
+    return 1
+
+
+def _leaves(schema: pa.Schema, limit: int, from_footer: bool = False) -> list[_Leaf]:
+    """The first ``limit`` leaf columns (-1: all), depth first in schema order; with
+    ``from_footer``, those whose figures a Parquet footer gives know their Parquet column."""
     leaves: list[_Leaf] = []
+    column = 0
 
     def visit(arrow_field: pa.Field, names: tuple[str, ...], indexes: tuple[int, ...]) -> None:
+        nonlocal column
         if limit >= 0 and len(leaves) >= limit:
             return
         arrow_type = arrow_field.type
@@ -158,7 +266,9 @@ def _leaves(schema: pa.Schema, limit: int) -> list[_Leaf]:
                 child = arrow_type.field(index)
                 visit(child, (*names, child.name), (*indexes, index))
             return
-        leaves.append(_Leaf(names, indexes, arrow_type))
+        footer = column if from_footer and _footer_bounded(arrow_type) else None
+        leaves.append(_Leaf(names, indexes, arrow_type, footer))
+        column += _parquet_columns(arrow_type)
 
     for index, arrow_field in enumerate(schema):
         visit(arrow_field, (arrow_field.name,), (index,))
@@ -177,33 +287,53 @@ def _leaf_array(table: pa.Table, indexes: tuple[int, ...]) -> pa.ChunkedArray:
 
 @dataclass
 class StatisticsCollector:
-    """Delta statistics of one data file, fed chunk by chunk (see the module docstring)."""
+    """Delta statistics of one data file, fed chunk by chunk (see the module docstring).
+
+    With ``from_footer`` the figures a Parquet footer gives are read from the footer of the file
+    the chunks were written to, each chunk as whole row groups (:meth:`to_json`).
+    """
 
     schema: pa.Schema
     num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
     string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
+    from_footer: bool = False
     num_records: int = 0
     _leaves: list[_Leaf] = field(init=False)
+    _chunk_ends: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        self._leaves = _leaves(self.schema, -1 if self.num_indexed_cols < 0 else self.num_indexed_cols)
+        limit = -1 if self.num_indexed_cols < 0 else self.num_indexed_cols
+        self._leaves = _leaves(self.schema, limit, self.from_footer)
 
     def add(self, table: pa.Table) -> None:
         """Account for ``table`` (rows of the file, with :attr:`schema`)."""
         self.num_records += table.num_rows
-        if table.num_rows:
-            for leaf in self._leaves:
+        if not table.num_rows:
+            return
+        self._chunk_ends.append(self.num_records)
+        for leaf in self._leaves:
+            if leaf.footer is None or _is_text(leaf.arrow_type):
                 leaf.add(_leaf_array(table, leaf.indexes))
 
-    def to_json(self) -> str:
-        """The ``stats`` string of the file's ``add`` action."""
+    def to_json(self, footer: pq.FileMetaData | None = None) -> str:
+        """The ``stats`` string of the file's ``add`` action; a collector made ``from_footer``
+        needs the ``footer`` of the file written."""
+        if self.from_footer:
+            if footer is None:
+                raise ValueError("statistics taken from a Parquet footer need the file's metadata")
+            for leaf in self._leaves:
+                if leaf.footer is not None:
+                    leaf.read_footer(footer, self._chunk_ends)
         mins: dict[str, Any] = {}
         maxes: dict[str, Any] = {}
         nulls: dict[str, Any] = {}
         for leaf in self._leaves:  # in schema order, parents before their fields
             parent = leaf.names[:-1]
             name = leaf.names[-1]
-            _nested(nulls, parent)[name] = leaf.nulls
+            if leaf.nulls is not None:
+                _nested(nulls, parent)[name] = leaf.nulls
+            else:
+                _nested(nulls, parent)
             low, high = leaf.bounds(self.string_prefix_length)
             if low is not None and high is not None:
                 _nested(mins, parent)[name] = low
