@@ -7,7 +7,9 @@ dictionary-encoding it again when it is written. Copy-on-write rewrites use this
 file stores dictionary-encoded (:func:`dictionary_encoded_columns`) are read as dictionary
 arrays of their logical type (:func:`is_dictionary_of`), which the data writer writes as such.
 Everywhere a value is computed from them (expressions, constraints, change data), they are
-decoded first (:func:`decode_dictionaries`).
+decoded first (:func:`decode_dictionaries`). Scans of large files read such columns as dictionaries
+too and decode them at once (:func:`decode_dictionary`): a gather of the dictionary's values is
+about twice as fast as the Parquet reader's decoding of each value.
 """
 
 from __future__ import annotations
@@ -81,6 +83,29 @@ def is_dictionary_of(data_type: pa.DataType, value_type: pa.DataType) -> bool:
 
 def has_dictionaries(schema: pa.Schema) -> bool:
     return any(pa.types.is_dictionary(f.type) for f in schema)
+
+
+DECODE_ROWS = 16 * 1024
+"""Rows from which a scan reads a file's dictionary-encoded string columns as dictionaries and
+decodes them itself (a vectorised gather of the dictionary's values, about twice as fast as the
+Parquet reader's value-by-value decoding); below it, reopening the file with the columns to
+read as dictionaries costs more than it saves."""
+MAX_STRING_BYTES = 2**31 - 1
+"""Bytes a string or binary array (32-bit offsets) holds at most."""
+
+
+def decode_dictionary(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary column decoded to its value type, each chunk in slices small enough that the
+    decoded values fit an array (the largest value times the rows of a slice)."""
+    value_type = column.type.value_type
+    pieces: list[pa.Array] = []
+    for chunk in column.chunks:
+        longest = 0
+        if pa.types.is_string(value_type) or pa.types.is_binary(value_type):
+            longest = pc.max(pc.binary_length(chunk.dictionary)).as_py() or 0
+        step = len(chunk) if longest * len(chunk) <= MAX_STRING_BYTES else MAX_STRING_BYTES // longest
+        pieces.extend(chunk.slice(start, step).cast(value_type) for start in range(0, len(chunk), step))
+    return pa.chunked_array(pieces, type=value_type)
 
 
 def decode_dictionaries(table: pa.Table) -> pa.Table:

@@ -30,7 +30,12 @@ from logstores import open_filesystem
 from logstores.filesystem import uri_scheme
 from replay.data.columns import arrow_field, conform_column, match_field
 from replay.data.deletion_vectors import check_row_indexes, dv_location, read_deletion_vector
-from replay.data.dictionaries import dictionary_encoded_columns, is_dictionary_of
+from replay.data.dictionaries import (
+    DECODE_ROWS,
+    decode_dictionary,
+    dictionary_encoded_columns,
+    is_dictionary_of,
+)
 from replay.data.parquet_files import (
     LOCAL_ARROW_FS,
     DataFileNotFoundError,
@@ -163,8 +168,11 @@ class TableReader:
         as stored (e.g. ``_change_type`` of CDC files; nulls if absent), decoded as dictionaries
         (they hold a handful of values) and cast. ``keep_dictionaries``: string and binary columns
         the file stores dictionary-encoded throughout come as dictionary arrays of their logical type
-        (:mod:`replay.data.dictionaries`). Raises :class:`DataFileNotFoundError` naming the
-        file when it is missing, unless ``ignore_missing`` (then the result is empty).
+        (:mod:`replay.data.dictionaries`); otherwise, in a file of at least
+        :data:`~replay.data.dictionaries.DECODE_ROWS` rows, such columns are read as dictionaries
+        and decoded here, faster than the Parquet reader decodes them. Raises
+        :class:`DataFileNotFoundError` naming the file when it is missing, unless
+        ``ignore_missing`` (then the result is empty).
         """
         fields = self.read_fields(columns)
         if row_filter is True:
@@ -181,7 +189,7 @@ class TableReader:
                     parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode
                 )
                 dictionaries = set(layout.extra_present)
-                if keep_dictionaries:
+                if keep_dictionaries or parquet.metadata.num_rows >= DECODE_ROWS:
                     data_names = [layout.wanted[f.name] for f in data_fields if f.name in layout.wanted]
                     dictionaries.update(
                         dictionary_encoded_columns(parquet.metadata, parquet.schema_arrow, data_names)
@@ -243,6 +251,8 @@ class TableReader:
                     schema_fields[position] = logical.with_type(column.type)
                     arrays.append(column)
                 else:
+                    if pa.types.is_dictionary(column.type):
+                        column = decode_dictionary(column)
                     arrays.append(conform_column(column, struct_field.type, self.column_mapping_mode))
             else:
                 arrays.append(pa.nulls(num_rows, arrow_type(struct_field.type)))
@@ -280,11 +290,14 @@ class TableReader:
         tables: list[pa.Table | None] = [None] * len(files)
         fields = self.read_fields(columns)
         data_fields = [f for f in fields if f.name not in self.partition_columns]
-        groups: dict[str, list[tuple[int, Any]]] = {}
+        groups: dict[tuple[str, tuple[str, ...]], list[tuple[int, Any]]] = {}
         one_by_one: list[int] = []
         # Extra columns (``_change_type``) hold a handful of values: decoding them as dictionaries
-        # and casting costs less than building each string.
-        parquet_format = dataset_format(tuple(f.name for f in extra_columns))
+        # and casting costs less than building each string. So do the string columns a large file
+        # stores dictionary-encoded (read_file's rule; the scan casts them to the file's schema):
+        # files are grouped by them too.
+        extra_names = tuple(f.name for f in extra_columns)
+        parquet_format = dataset_format(extra_names)
         for position, file in enumerate(files):
             fs, path = open_filesystem(self.file_uri(file), self.conf)
             if not isinstance(fs, LocalFileSystem) or len(files) == 1:
@@ -293,14 +306,17 @@ class TableReader:
             try:
                 fragment = parquet_format.make_fragment(path, filesystem=LOCAL_ARROW_FS)
                 schema = fragment.physical_schema
+                dictionaries = self._dictionary_columns(fragment, schema, data_fields)
             except (pa.ArrowException, OSError):
                 one_by_one.append(position)  # read_file raises (naming it) or skips it, as asked
                 continue
-            groups.setdefault(schema.to_string(show_schema_metadata=False), []).append((position, fragment))
+            key = (schema.to_string(show_schema_metadata=False), dictionaries)
+            groups.setdefault(key, []).append((position, fragment))
 
-        def scan(members: list[tuple[int, Any]]) -> list[tuple[int, pa.Table]]:
+        def scan(group: tuple[tuple[str, ...], list[tuple[int, Any]]]) -> list[tuple[int, pa.Table]]:
+            dictionaries, members = group
             try:
-                return scan_together(members)
+                return scan_together(dictionaries, members)
             except (pa.ArrowException, OSError) as exc:
                 if not is_format_error(exc):
                     raise
@@ -316,7 +332,22 @@ class TableReader:
                 ignore_missing=ignore_missing,
             )
 
-        def scan_together(members: list[tuple[int, Any]]) -> list[tuple[int, pa.Table]]:
+        def scan_together(
+            dictionaries: tuple[str, ...], members: list[tuple[int, Any]]
+        ) -> list[tuple[int, pa.Table]]:
+            if not dictionaries:
+                return scan_with(parquet_format, members)
+            # A fragment scans with the format that made it: made again (its footer is cached). A
+            # batch whose values decode past one array's capacity fails the scan: the files are
+            # then read one by one (scan), which decodes in slices.
+            dictionary_format = dataset_format(extra_names + dictionaries)
+            remade = [
+                (position, dictionary_format.make_fragment(fragment.path, filesystem=LOCAL_ARROW_FS))
+                for position, fragment in members
+            ]
+            return scan_with(dictionary_format, remade)
+
+        def scan_with(group_format: Any, members: list[tuple[int, Any]]) -> list[tuple[int, pa.Table]]:
             schema = members[0][1].physical_schema
             layout = _Layout.of(schema, data_fields, extra_columns, self.column_mapping_mode)
             positions: dict[str, list[int]] = {}  # a file may be read twice
@@ -326,7 +357,8 @@ class TableReader:
                 fragments[fragment.path] = fragment
             assembled = []
             # Each file is assembled as soon as it is read, while Arrow decodes the next ones.
-            for path, raw in scan_local(parquet_format, schema, list(fragments.values()), layout.names):
+            scanned = scan_local(group_format, schema, list(fragments.values()), layout.names)
+            for path, raw in scanned:
                 num_rows = raw.num_rows if raw is not None else fragments[path].metadata.num_rows
                 for position in positions[path]:
                     table = self._assemble(
@@ -343,7 +375,7 @@ class TableReader:
 
         # Groups are scanned at once (Arrow's thread pool stays busy while one group finishes), on
         # threads of their own: this may run inside a map_concurrently task.
-        members_of = list(groups.values())
+        members_of = [(key[1], members) for key, members in groups.items()]
         scans = map_concurrently(scan, members_of, Work.SCAN, self.concurrency)
         for scanned in scans:
             for position, table in scanned:
@@ -357,6 +389,17 @@ class TableReader:
         for position, table in zip(one_by_one, read, strict=True):
             tables[position] = table
         return [table for table in tables if table is not None]  # every position is filled
+
+    def _dictionary_columns(
+        self, fragment: Any, schema: pa.Schema, data_fields: Sequence[StructField]
+    ) -> tuple[str, ...]:
+        """The string columns a file of at least :data:`DECODE_ROWS` rows stores
+        dictionary-encoded throughout, read as dictionaries and decoded by :meth:`_assemble`."""
+        metadata = fragment.metadata
+        if metadata.num_rows < DECODE_ROWS:
+            return ()
+        layout = _Layout.of(schema, data_fields, (), self.column_mapping_mode)
+        return tuple(dictionary_encoded_columns(metadata, schema, layout.names))
 
     def _partition_value(self, file: FileAction, struct_field: StructField) -> str | None:
         values = file.partition_values or {}
