@@ -8,8 +8,9 @@ commits; the caller commits rewritten bins together (:mod:`replay.maintenance.op
 Spark front end can run :meth:`BinRewriter.rewrite` in tasks and commit on the driver.
 
 A compaction bin becomes one file. Its rows are streamed: the files are read in insertion order,
-:data:`READ_AHEAD` of them ahead on the data pool, deletion vectors applied, and handed to the
-Parquet writer about :data:`BATCH_ROWS` rows at a time; the writer buffers at most one row
+:data:`READ_AHEAD` of them ahead on the data pool (or one after the other in the bin's own
+thread, which is what a local run with a bin for every thread does), deletion vectors applied,
+and handed to the Parquet writer about :data:`BATCH_ROWS` rows at a time; the writer buffers at most one row
 group. A bin whose rows are all deleted writes no file.
 """
 
@@ -117,6 +118,7 @@ class _FileReads:
         self.data = [f for f in self.schema if f.name not in reader.partition_columns]
         self.data_names = [f.name for f in self.data]
         self.data_schema = pa.schema(self.data)
+        self.data_types = self.data_schema.types
         fs, root = open_filesystem(reader.table_path, reader.conf)
         plain = reader.column_mapping_mode == "none" and isinstance(fs, LocalFileSystem)
         self.local_root: str | None = str(root).rstrip("/") if plain else None
@@ -140,13 +142,9 @@ class _FileReads:
 
     def _read_plain(self, path: str) -> pa.Table | None:
         with pa.OSFile(path) as source:
-            parquet = pq.ParquetFile(source, pre_buffer=False)
-            stored = parquet.schema_arrow
-            for wanted in self.data:
-                index = stored.get_field_index(wanted.name)
-                if index < 0 or stored.field(index).type != wanted.type:
-                    return None
-            raw = parquet.read(columns=self.data_names, use_threads=False)
+            raw = pq.ParquetFile(source, pre_buffer=False).read(columns=self.data_names, use_threads=False)
+        if raw.schema.names != self.data_names or raw.schema.types != self.data_types:
+            return None  # a column missing, renamed or of another type: the reader's way
         return pa.Table.from_arrays(raw.columns, schema=self.data_schema)
 
     def with_partition_columns(self, data: pa.Table, values: Mapping[str, str | None]) -> pa.Table:

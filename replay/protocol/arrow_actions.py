@@ -455,12 +455,18 @@ def snake_column(batch: pa.RecordBatch, name: str, arrow_type: pa.DataType) -> p
 
 
 def add_actions(files: pa.Table) -> list[AddFile]:
-    """The rows of a snapshot-form files table (:data:`FILES_SCHEMA`) as :class:`AddFile` actions."""
+    """The rows of a snapshot-form files table (:data:`FILES_SCHEMA`) as :class:`AddFile` actions
+    (converted column by column: a row-wise conversion builds a dict per row and per struct)."""
+    names = files.column_names
+    columns = [
+        column.to_pylist(maps_as_pydicts="lossy") if pa.types.is_map(column.type) else column.to_pylist()
+        for column in files.columns
+    ]
     actions = []
-    for row in files.to_pylist(maps_as_pydicts="lossy"):
-        dv = row.pop("deletion_vector")
-        values = {key: value for key, value in row.items() if value is not None}
-        values["partition_values"] = dict(row.get("partition_values") or {})
+    for row in zip(*columns, strict=True):
+        values = {name: value for name, value in zip(names, row, strict=True) if value is not None}
+        dv = values.pop("deletion_vector", None)
+        values["partition_values"] = dict(values.get("partition_values") or {})
         descriptor = (
             DeletionVectorDescriptor(**{k: v for k, v in dv.items() if v is not None}) if dv else None
         )

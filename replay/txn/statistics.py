@@ -190,12 +190,12 @@ def _long_string_bounds(array: pa.ChunkedArray) -> Bounds | None:
         if not any(_longest(chunk.dictionary) > FOOTER_STRING_BYTES for chunk in array.chunks):
             return None
         array = _used_values(array)
-    if not any(_longest(chunk) > FOOTER_STRING_BYTES for chunk in array.chunks):
+    if _longest(array) <= FOOTER_STRING_BYTES:
         return None
     return _min_max(array)
 
 
-def _longest(strings: pa.Array) -> int:
+def _longest(strings: pa.Array | pa.ChunkedArray) -> int:
     """Bytes of the longest non-null string of ``strings`` (0 for none)."""
     longest = pc.max(pc.binary_length(strings)).as_py()
     return int(longest) if longest is not None else 0
