@@ -121,6 +121,9 @@ def decode_dictionaries(table: pa.Table) -> pa.Table:
 
 SAMPLE_ROWS = 1024
 """Values of a column looked at to decide whether to dictionary-encode it when writing."""
+SAMPLE_SPAN = 64 * SAMPLE_ROWS
+"""The sample is taken evenly over the first rows of a file, up to this many (gathering it from a
+column of many small chunks would cost more than the decision saves)."""
 DISTINCT_SHARE = 0.95
 """A sample this distinct means a column with about ten thousand distinct values or more, whose
 dictionary would outgrow a writer's dictionary page (8192 longs fit in 64 KiB) and fall back to
@@ -130,15 +133,17 @@ plain encoding after building it: such columns are written plain from the start.
 def dictionary_columns(table: pa.Table) -> list[str] | bool:
     """Which columns of ``table`` (the first rows of a data file) to dictionary-encode: all of them
     (``True``, Parquet's default, which falls back to plain encoding when a dictionary grows too
-    large) unless some flat column's evenly spaced sample of :data:`SAMPLE_ROWS` values is
-    :data:`DISTINCT_SHARE` distinct; those are left out. Dictionary arrays are always encoded as
-    dictionaries. Tables with nested columns keep the default."""
+    large) unless some flat column's sample of :data:`SAMPLE_ROWS` values, evenly spaced over its
+    first :data:`SAMPLE_SPAN` rows, is :data:`DISTINCT_SHARE` distinct; those are left out.
+    Dictionary arrays are always encoded as dictionaries. Tables with nested columns keep the
+    default."""
     if table.num_rows <= SAMPLE_ROWS or any(pa.types.is_nested(f.type) for f in table.schema):
         return True
-    step = table.num_rows // SAMPLE_ROWS
+    head = table.slice(0, min(table.num_rows, SAMPLE_SPAN))
+    step = head.num_rows // SAMPLE_ROWS
     chosen = [
         field.name
-        for field, column in zip(table.schema, table.columns, strict=True)
+        for field, column in zip(head.schema, head.columns, strict=True)
         if pa.types.is_dictionary(field.type) or not _mostly_distinct(column, step)
     ]
     return True if len(chosen) == table.num_columns else chosen
@@ -149,12 +154,12 @@ def _mostly_distinct(column: pa.ChunkedArray, step: int) -> bool:
     distinct."""
     if pa.types.is_boolean(column.type) or column.null_count == len(column):
         return False
-    first = column.chunk(0)
-    if len(first) >= step * SAMPLE_ROWS and not first.null_count and _is_number(first.type):
-        sample = first.to_numpy()[: step * SAMPLE_ROWS : step]  # a view: no copy, no hashing
+    values = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if not values.null_count and _is_number(values.type):
+        sample = values.to_numpy()[: step * SAMPLE_ROWS : step]  # a view: no copy, no hashing
         distinct = int(np.unique(sample).size)
     else:
-        taken = column.take(pa.array(np.arange(0, step * SAMPLE_ROWS, step, dtype=np.int64)))
+        taken = values.take(pa.array(np.arange(0, step * SAMPLE_ROWS, step, dtype=np.int64)))
         distinct = pc.count_distinct(taken).as_py()
     return distinct >= DISTINCT_SHARE * SAMPLE_ROWS
 
