@@ -15,11 +15,12 @@ The engine is imported first, then the MERGE source is built from NumPy buffers 
 ``pa.array``, which makes pyarrow import pandas): the process holds what the engine loads, nothing
 the harness would add.
 
-Ours runs on both tables, delta-rs (which cannot write deletion vectors) on the plain one. The
-table printed (and written to ``bench/results/``) gives the median wall time, CPU seconds (user +
-system, all threads) and peak RSS of the process, the ratios ours / delta-rs for copy-on-write,
-and how much faster deletion vectors are than our copy-on-write. ``--quick`` runs each
-measurement once.
+Ours runs on both tables, delta-rs (which cannot write deletion vectors) on the plain one, and
+for ``delete`` and ``update`` pyarrow alone does the Parquet work of a copy-on-write rewrite
+(``bench/floors.py``: read every file, change its rows, write it; no log). The table printed (and
+written to ``bench/results/``) gives the median wall time, CPU seconds (user + system, all
+threads) and peak RSS of the process, the ratios ours / delta-rs for copy-on-write, and how much
+faster deletion vectors are than our copy-on-write. ``--quick`` runs each measurement once.
 """
 
 from __future__ import annotations
@@ -38,12 +39,20 @@ harness.use_repo_packages()
 from bench.dml_tables import FILES, ROWS, generate, measured_copy, source_rows  # noqa: E402
 
 OPERATIONS = ("delete", "update", "merge-100k", "merge-1k")
-ENGINES = ("ours", "deltars", "ours-dv")
+ENGINES = ("ours", "deltars", "ours-dv", "pyarrow")
+FLOORED = ("delete", "update")
+"""The operations pyarrow alone is measured for (``bench/floors.py``)."""
 MEASURED = ("seconds", "cpu_seconds", "peak_rss_mb")
 
 
 # -- measurement (child side) -------------------------------------------------------------------
 def child(engine: str, operation: str, uri: str) -> None:
+    if engine == "pyarrow":
+        from bench.floors import rewrite_files
+
+        measured, metrics = harness.measure(lambda: rewrite_files(uri, operation))
+        harness.report({**measured, "metrics": metrics})
+        return
     if engine == "deltars":
         from deltalake import DeltaTable
     else:
@@ -86,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     templates = {"ours": generate(args.workdir, False), "deltars": generate(args.workdir, False)}
     templates["ours-dv"] = generate(args.workdir, True)
+    templates["pyarrow"] = templates["ours"]
     header = (
         "operation",
         "ours copy-on-write s (CPU s, RSS MB)",
         "delta-rs s (CPU s, RSS MB)",
         "ours deletion vectors s (CPU s, RSS MB)",
+        "pyarrow alone s (CPU s, RSS MB)",
         "time ours / delta-rs",
         "RSS ours / delta-rs",
         "DV speed-up over our copy-on-write",
@@ -103,10 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         def run(engine: str, _: int, operation: str = operation) -> dict[str, object]:
             return run_child(engine, operation, templates[engine], args.workdir)
 
-        runs = harness.interleaved(ENGINES, repeat, run)
-        median = {engine: harness.medians(runs[engine], MEASURED) for engine in ENGINES}
+        engines = [e for e in ENGINES if e != "pyarrow" or operation in FLOORED]
+        runs = harness.interleaved(engines, repeat, run)
+        median = {engine: harness.medians(runs[engine], MEASURED) for engine in engines}
         cells = [
             f"{median[e]['seconds']:.2f} ({median[e]['cpu_seconds']:.2f}, {median[e]['peak_rss_mb']:.0f})"
+            if e in median
+            else "-"
             for e in ENGINES
         ]
         time_ratio = harness.ratio(median["ours"]["seconds"], median["deltars"]["seconds"])
@@ -114,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         speedup = harness.ratio(median["ours"]["seconds"], median["ours-dv"]["seconds"])
         rows.append([operation, *cells, f"{time_ratio:.2f}", f"{rss_ratio:.2f}", f"{speedup:.1f}x"])
         results.append(
-            {"operation": operation, **median, "metrics": {e: runs[e][-1]["metrics"] for e in ENGINES}}
+            {"operation": operation, **median, "metrics": {e: runs[e][-1]["metrics"] for e in engines}}
         )
         print(harness.markdown_row(rows[-1]), flush=True)
     note = f"{ROWS:,} rows in {FILES} files; {harness.load_note(repeat)}"

@@ -12,8 +12,9 @@ table it runs on: the generated table (``small-files``) or the output of an earl
 ``scan-after`` reads what ``compact-ours`` wrote). Another file adds its cases by importing this
 module, registering operations and calling :func:`run_cases` with its own list.
 
-The cases here: compaction to one file per partition (``target_size`` 256 MiB) by ours and by
-deltalake; and a full scan of the table (ours) before and after our compaction.
+The cases here: compaction to one file per partition (``target_size`` 256 MiB) by ours, by
+deltalake and by pyarrow alone (``bench/floors.py``: the files read and written, no log); and a
+full scan of the table (ours) before and after our compaction.
 
 The ``retention`` section (``--section retention``; both sections run by default) times VACUUM and
 RESTORE against delta-rs on two generated tables whose data files are a few bytes (neither
@@ -60,7 +61,7 @@ OPERATIONS: dict[str, Operation] = {}
 """Operations by name (``<engine>:<what>``), run in the child process on a table URI."""
 
 
-ENGINES = {"ours": "replay", "deltars": "deltalake"}
+ENGINES = {"ours": "replay", "deltars": "deltalake", "pyarrow": "bench.floors"}
 """The package each engine's operations use (``<engine>:<what>``), imported before measuring."""
 
 
@@ -101,6 +102,13 @@ def _compact_deltars(uri: str) -> object:
     return DeltaTable(uri).optimize.compact(target_size=TARGET_SIZE)
 
 
+@operation("pyarrow:compact")
+def _compact_pyarrow(uri: str) -> object:
+    from bench.floors import compact_partitions
+
+    return compact_partitions(uri)
+
+
 @operation("ours:scan")
 def _scan_ours(uri: str) -> object:
     from replay import DeltaTable
@@ -112,6 +120,7 @@ def _scan_ours(uri: str) -> object:
 CASES = [
     Case("compact-ours", "ours:compact"),
     Case("compact-deltars", "deltars:compact"),
+    Case("compact-pyarrow", "pyarrow:compact"),
     Case("scan-before", "ours:scan", copies_table=False),
     Case("scan-after", "ours:scan", table="compact-ours", copies_table=False),
 ]
@@ -224,6 +233,11 @@ def table_text(results: list[dict[str, object]]) -> str:
             float(by_case["compact-ours"]["seconds"]), float(by_case["compact-deltars"]["seconds"])
         )  # type: ignore[arg-type]
         notes.append(f"compaction ours / delta-rs: {ratio:.2f}x the time")
+    if {"compact-ours", "compact-pyarrow"} <= set(by_case):
+        floor = harness.ratio(
+            float(by_case["compact-ours"]["seconds"]), float(by_case["compact-pyarrow"]["seconds"])
+        )  # type: ignore[arg-type]
+        notes.append(f"compaction ours / pyarrow alone: {floor:.2f}x the time")
     if {"scan-before", "scan-after"} <= set(by_case):
         speedup = float(by_case["scan-before"]["seconds"]) / float(by_case["scan-after"]["seconds"])  # type: ignore[arg-type]
         notes.append(f"full scan after compaction: {speedup:.1f}x faster than before")
