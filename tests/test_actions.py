@@ -5,6 +5,8 @@ from __future__ import annotations
 import orjson
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from logstores.base import FileStatus
 from replay.log.checkpoint_instances import (
@@ -28,6 +30,7 @@ from replay.protocol.actions import (
     parse_action,
     parse_actions,
 )
+from replay.protocol.arrow_actions import map_dicts
 from replay.protocol.paths import canonicalize_path, file_key, normalize_path_key, resolve_path
 from replay.protocol.schema import parse_schema
 
@@ -302,3 +305,19 @@ def test_nested_types_convert_to_arrow() -> None:
             pa.field("m", pa.map_(pa.string(), pa.list_(pa.field("element", pa.date32()))), False),
         ]
     )
+
+
+MAP_ROWS = st.lists(
+    st.none() | st.dictionaries(st.text(max_size=3), st.none() | st.text(max_size=3), max_size=3), max_size=12
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(MAP_ROWS, MAP_ROWS, st.integers(0, 12))
+def test_map_columns_convert_as_pyarrow_converts_them(first: list, second: list, start: int) -> None:
+    string_map = pa.map_(pa.string(), pa.string())
+    column = pa.chunked_array(
+        [pa.array(first, string_map), pa.array(second, string_map).slice(min(start, len(second)))],
+        string_map,
+    )
+    assert map_dicts(column) == column.to_pylist(maps_as_pydicts="lossy")

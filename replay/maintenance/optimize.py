@@ -54,7 +54,7 @@ from replay.maintenance.optimize_rewrite import (
     discard_rewritten,
 )
 from replay.maintenance.zorder import ZOrderRewriter, resolve_zorder_columns
-from replay.protocol.arrow_actions import add_actions
+from replay.protocol.arrow_actions import add_actions, map_dicts
 from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import (
     TRUE,
@@ -148,8 +148,8 @@ def selected_files(snapshot: Snapshot, predicate: Predicate) -> pa.Table:
     if files.num_rows == 0 or decided_by_partition_values(files, predicate, snapshot.config):
         return files
     matches = partitions_matching(predicate, snapshot.metadata)
-    values = files.column("partition_values").to_pylist()
-    return files.filter(pa.array([matches(dict(pairs or [])) for pairs in values], pa.bool_()))
+    values = map_dicts(files.column("partition_values"))
+    return files.filter(pa.array([matches(partition or {}) for partition in values], pa.bool_()))
 
 
 def plan_optimize(

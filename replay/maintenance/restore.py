@@ -24,7 +24,6 @@ import datetime as _dt
 import os
 import time
 from dataclasses import dataclass
-from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,8 +36,8 @@ from replay.log.concurrency import REMOTE_THREADS, Work, default_threads, map_co
 from replay.log.listing import earliest_recreatable_version, full_listing
 from replay.log.table_io import LOCAL_SCHEMES, TableIO
 from replay.maintenance.vacuum_referenced import relative_paths
-from replay.protocol.actions import AddFile, DeletionVectorDescriptor, RemoveFile
-from replay.protocol.arrow_actions import DV_ARROW_TYPE, arrow_file_keys, rename_struct
+from replay.protocol.actions import AddFile, RemoveFile
+from replay.protocol.arrow_actions import DV_ARROW_TYPE, add_actions, arrow_file_keys, rename_struct
 from replay.protocol.errors import DeltaError, TimestampOutOfRangeError
 from replay.protocol.paths import resolve_path
 from replay.protocol.table_features import merge_protocols
@@ -160,75 +159,11 @@ def restore(
 
 def file_actions(files: pa.Table, *, removed_at: int | None) -> list[AddFile] | list[RemoveFile]:
     """The rows of a snapshot files table as data-changing adds (``removed_at=None``) or as their
-    removes at ``removed_at`` (Delta's ``AddFile.removeWithTimestamp``), built column by column."""
-    column = {name: files.column(name).to_pylist() for name in _SCALAR_COLUMNS}
-    partitions = _maps(files.column("partition_values"))
-    tags = cast(list[dict[str, str] | None], _maps(files.column("tags")))  # tag values are never null
-    dvs = [
-        None if dv is None else DeletionVectorDescriptor(**{k: v for k, v in dv.items() if v is not None})
-        for dv in files.column("deletion_vector").to_pylist()
-    ]
-    rows = range(files.num_rows)
+    removes at ``removed_at`` (Delta's ``AddFile.removeWithTimestamp``)."""
+    adds = add_actions(files, data_change=True)
     if removed_at is None:
-        return [
-            AddFile(
-                path=column["path"][i],
-                partition_values=partitions[i] or {},
-                size=column["size"][i],
-                modification_time=column["modification_time"][i],
-                data_change=True,
-                stats=column["stats"][i],
-                tags=tags[i],
-                deletion_vector=dvs[i],
-                base_row_id=column["base_row_id"][i],
-                default_row_commit_version=column["default_row_commit_version"][i],
-                clustering_provider=column["clustering_provider"][i],
-            )
-            for i in rows
-        ]
-    return [
-        RemoveFile(
-            path=column["path"][i],
-            deletion_timestamp=removed_at,
-            data_change=True,
-            extended_file_metadata=True,
-            partition_values=partitions[i] or {},
-            size=column["size"][i],
-            stats=column["stats"][i],
-            tags=tags[i],
-            deletion_vector=dvs[i],
-            base_row_id=column["base_row_id"][i],
-            default_row_commit_version=column["default_row_commit_version"][i],
-        )
-        for i in rows
-    ]
-
-
-_SCALAR_COLUMNS = (
-    "path",
-    "size",
-    "modification_time",
-    "stats",
-    "base_row_id",
-    "default_row_commit_version",
-    "clustering_provider",
-)
-
-
-def _maps(values: pa.ChunkedArray) -> list[dict[str, str | None] | None]:
-    """A map column as dicts (``None`` for a null map), from its keys, items and offsets."""
-    out: list[dict[str, str | None] | None] = []
-    for chunk in values.chunks:
-        offsets = chunk.offsets.to_pylist()
-        keys, items = chunk.keys.to_pylist(), chunk.items.to_pylist()
-        valid = chunk.is_valid().to_pylist()
-        out += [
-            dict(zip(keys[offsets[i] : offsets[i + 1]], items[offsets[i] : offsets[i + 1]], strict=True))
-            if valid[i]
-            else None
-            for i in range(len(chunk))
-        ]
-    return out
+        return adds
+    return [add.remove_with_timestamp(removed_at) for add in adds]
 
 
 def _keys(files: pa.Table) -> pa.Array | pa.ChunkedArray:

@@ -454,19 +454,42 @@ def snake_column(batch: pa.RecordBatch, name: str, arrow_type: pa.DataType) -> p
     return array if array.type == arrow_type else array.cast(arrow_type)
 
 
-def add_actions(files: pa.Table) -> list[AddFile]:
+def map_dicts(column: pa.ChunkedArray | pa.Array) -> list[dict[str, Any] | None]:
+    """A map column as one dict (or ``None``) per row, built from its flattened keys and items
+    (pyarrow's own conversion builds a list of pairs for every row, several times slower)."""
+    if column.null_count == len(column):
+        return [None] * len(column)
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    rows: list[dict[str, Any] | None] = []
+    for chunk in chunks:
+        keys = chunk.keys.to_pylist()
+        items = chunk.items.to_pylist()
+        offsets = chunk.offsets.to_pylist()
+        valid = chunk.is_valid().to_pylist() if chunk.null_count else None
+        for row in range(len(chunk)):
+            if valid is not None and not valid[row]:
+                rows.append(None)
+                continue
+            start, end = offsets[row], offsets[row + 1]
+            rows.append(dict(zip(keys[start:end], items[start:end], strict=True)))
+    return rows
+
+
+def add_actions(files: pa.Table, *, data_change: bool | None = None) -> list[AddFile]:
     """The rows of a snapshot-form files table (:data:`FILES_SCHEMA`) as :class:`AddFile` actions
-    (converted column by column: a row-wise conversion builds a dict per row and per struct)."""
+    (converted column by column: a row-wise conversion builds a dict per row and per struct);
+    ``data_change``, if given, is every action's ``dataChange``."""
     names = files.column_names
     columns = [
-        column.to_pylist(maps_as_pydicts="lossy") if pa.types.is_map(column.type) else column.to_pylist()
-        for column in files.columns
+        map_dicts(column) if pa.types.is_map(column.type) else column.to_pylist() for column in files.columns
     ]
     actions = []
     for row in zip(*columns, strict=True):
         values = {name: value for name, value in zip(names, row, strict=True) if value is not None}
         dv = values.pop("deletion_vector", None)
         values["partition_values"] = dict(values.get("partition_values") or {})
+        if data_change is not None:
+            values["data_change"] = data_change
         descriptor = (
             DeletionVectorDescriptor(**{k: v for k, v in dv.items() if v is not None}) if dv else None
         )

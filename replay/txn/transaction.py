@@ -45,6 +45,7 @@ from replay.protocol.actions import (
     RemoveFile,
     SetTransaction,
 )
+from replay.protocol.arrow_actions import map_dicts
 from replay.protocol.errors import (
     ConcurrentModificationError,
     TableNotFoundError,
@@ -164,9 +165,9 @@ class Transaction:
         conflict."""
         if isinstance(files, pa.Table):
             paths = files.column("path").to_pylist()
-            values = files.column("partition_values").to_pylist()
+            values = map_dicts(files.column("partition_values"))
             for path, partition in zip(paths, values, strict=True):
-                self._read_files[normalize_path_key(path)] = dict(partition or [])
+                self._read_files[normalize_path_key(path)] = partition or {}
             return
         for add in files:
             self._read_files[normalize_path_key(add.path)] = add.partition_values or {}
