@@ -156,8 +156,8 @@ def _mostly_distinct(column: pa.ChunkedArray, step: int) -> bool:
         return False
     values = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if not values.null_count and _is_number(values.type):
-        sample = values.to_numpy()[: step * SAMPLE_ROWS : step]  # a view: no copy, no hashing
-        distinct = int(np.unique(sample).size)
+        sample = np.sort(values.to_numpy()[: step * SAMPLE_ROWS : step])  # no hashing
+        distinct = 1 + int(np.count_nonzero(sample[1:] != sample[:-1]))
     else:
         taken = values.take(pa.array(np.arange(0, step * SAMPLE_ROWS, step, dtype=np.int64)))
         distinct = pc.count_distinct(taken).as_py()
