@@ -94,6 +94,17 @@ MAX_STRING_BYTES = 2**31 - 1
 """Bytes a string or binary array (32-bit offsets) holds at most."""
 
 
+def scan_dictionary_columns(
+    metadata: pq.FileMetaData, schema: pa.Schema, names: Iterable[str], *, keep: bool = False
+) -> list[str]:
+    """The columns among ``names`` a read takes as dictionaries: those a file stores
+    dictionary-encoded throughout (:func:`dictionary_encoded_columns`), when the reader keeps
+    dictionaries (``keep``) or the file has at least :data:`DECODE_ROWS` rows to decode."""
+    if not keep and metadata.num_rows < DECODE_ROWS:
+        return []
+    return dictionary_encoded_columns(metadata, schema, names)
+
+
 def decode_dictionary(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A dictionary column decoded to its value type, each chunk in slices small enough that the
     decoded values fit an array (the largest value times the rows of a slice)."""

@@ -33,8 +33,8 @@ from replay.data.deletion_vectors import check_row_indexes, dv_location, read_de
 from replay.data.dictionaries import (
     DECODE_ROWS,
     decode_dictionary,
-    dictionary_encoded_columns,
     is_dictionary_of,
+    scan_dictionary_columns,
 )
 from replay.data.parquet_files import (
     LOCAL_ARROW_FS,
@@ -189,11 +189,12 @@ class TableReader:
                     parquet.schema_arrow, data_fields, extra_columns, self.column_mapping_mode
                 )
                 dictionaries = set(layout.extra_present)
-                if keep_dictionaries or parquet.metadata.num_rows >= DECODE_ROWS:
-                    data_names = [layout.wanted[f.name] for f in data_fields if f.name in layout.wanted]
-                    dictionaries.update(
-                        dictionary_encoded_columns(parquet.metadata, parquet.schema_arrow, data_names)
+                data_names = [layout.wanted[f.name] for f in data_fields if f.name in layout.wanted]
+                dictionaries.update(
+                    scan_dictionary_columns(
+                        parquet.metadata, parquet.schema_arrow, data_names, keep=keep_dictionaries
                     )
+                )
                 if dictionaries:  # the footer is parsed once: reopen with it
                     parquet = open_parquet(source, parquet.metadata, sorted(dictionaries))
                 raw = parquet.read(columns=layout.names, use_threads=False) if layout.names else None
@@ -396,10 +397,10 @@ class TableReader:
         """The string columns a file of at least :data:`DECODE_ROWS` rows stores
         dictionary-encoded throughout, read as dictionaries and decoded by :meth:`_assemble`."""
         metadata = fragment.metadata
-        if metadata.num_rows < DECODE_ROWS:
+        if metadata.num_rows < DECODE_ROWS:  # the layout is not worked out for small files
             return ()
         layout = _Layout.of(schema, data_fields, (), self.column_mapping_mode)
-        return tuple(dictionary_encoded_columns(metadata, schema, layout.names))
+        return tuple(scan_dictionary_columns(metadata, schema, layout.names))
 
     def _partition_value(self, file: FileAction, struct_field: StructField) -> str | None:
         values = file.partition_values or {}

@@ -10,8 +10,8 @@ Spark front end can run :meth:`BinRewriter.rewrite` in tasks and commit on the d
 A compaction bin becomes one file. Its rows are streamed: the files are read in insertion order,
 :data:`READ_AHEAD` of them ahead on the data pool (or one after the other in the bin's own
 thread, which is what a local run with a bin for every thread does), deletion vectors applied,
-and handed to the Parquet writer about :data:`BATCH_ROWS` rows at a time; the writer buffers at most one row
-group. A bin whose rows are all deleted writes no file.
+and handed to the Parquet writer about :data:`BATCH_ROWS` rows at a time; the writer buffers at
+most one row group. A bin whose rows are all deleted writes no file.
 """
 
 from __future__ import annotations

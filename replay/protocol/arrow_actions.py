@@ -487,7 +487,7 @@ def add_actions(files: pa.Table, *, data_change: bool | None = None) -> list[Add
     for row in zip(*columns, strict=True):
         values = {name: value for name, value in zip(names, row, strict=True) if value is not None}
         dv = values.pop("deletion_vector", None)
-        values["partition_values"] = dict(values.get("partition_values") or {})
+        values["partition_values"] = values.get("partition_values") or {}
         if data_change is not None:
             values["data_change"] = data_change
         descriptor = (

@@ -57,10 +57,8 @@ class FileSystemCommitter:
 
 
 @functools.cache
-@functools.cache
 def engine_info() -> str:
-    """``engineInfo`` of every commit this library writes, e.g. ``delta-logstores/0.1.0`` (looked
-    up once: reading the installed packages' metadata takes milliseconds)."""
+    """``engineInfo`` of every commit this library writes, e.g. ``delta-logstores/0.1.0``."""
     try:
         return f"delta-logstores/{package_version('delta-logstores')}"
     except PackageNotFoundError:

@@ -40,10 +40,10 @@ from replay.protocol.table_properties import (
 )
 
 MAX_STRING_TIE_BREAKER = "\U0010ffff"
+"""Appended to a truncated max string so it stays an upper bound."""
 FOOTER_STRING_BYTES = 1024
 """Strings longer than this (in bytes) are bounded by the collector itself even when the footer
 gives the column's bounds: at most the limit beyond which a Parquet writer leaves a bound out."""
-"""Appended to a truncated max string so it stays an upper bound."""
 DEFAULT_NUM_INDEXED_COLS = DATA_SKIPPING_NUM_INDEXED_COLS.default
 DEFAULT_STRING_PREFIX_LENGTH = DATA_SKIPPING_STRING_PREFIX_LENGTH.default
 
@@ -241,9 +241,11 @@ def _parquet_columns(arrow_type: pa.DataType) -> int:
         return sum(_parquet_columns(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
     if pa.types.is_map(arrow_type):
         return _parquet_columns(arrow_type.key_type) + _parquet_columns(arrow_type.item_type)
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return _parquet_columns(arrow_type.value_type)
-    if pa.types.is_fixed_size_list(arrow_type):
+    if (
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type)
+    ):
         return _parquet_columns(arrow_type.value_type)
     return 1
 
