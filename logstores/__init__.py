@@ -12,7 +12,7 @@ from logstores.errors import (
     LogStoreError,
     RequestTimeoutError,
 )
-from logstores.filesystem import FileSystemLogStore, open_filesystem
+from logstores.filesystem import FileSystemLogStore, local_path, open_filesystem
 from logstores.hdfs import HDFSLogStore
 from logstores.local import LocalLogStore
 from logstores.memory import MemoryLogStore
@@ -53,6 +53,7 @@ __all__ = [
     "create_log_store",
     "explain_log_store",
     "load_log_store_class",
+    "local_path",
     "log_store_scheme_conf_key",
     "open_filesystem",
 ]

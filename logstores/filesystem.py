@@ -87,10 +87,28 @@ def open_filesystem(uri: str, conf: Mapping[str, str] | None = None) -> tuple[Ab
     return fs, _strip(fs, uri, scheme)
 
 
-def _strip(fs: AbstractFileSystem, uri: str, scheme: str) -> str:
+def local_path(uri: str) -> str | None:
+    """The path of ``uri`` on this machine when the filesystem serving it is the local one, else
+    ``None``; unlike :func:`open_filesystem`, no filesystem is made (a data file read per file
+    asks this first)."""
+    scheme = uri_scheme(uri)
+    if scheme not in ("", "file", "local"):
+        return None
+    fs_class = filesystem_class(scheme, uri)
+    if not issubclass(fs_class, LocalFileSystem):
+        return None
+    return str(fs_class._strip_protocol(_protocol_form(uri, scheme)))
+
+
+def _protocol_form(uri: str, scheme: str) -> str:
+    """``uri`` with its scheme as fsspec's protocol name."""
     if scheme and fsspec_protocol(scheme) != scheme:
-        uri = fsspec_protocol(scheme) + uri[len(scheme) :]
-    return fs._strip_protocol(uri)
+        return fsspec_protocol(scheme) + uri[len(scheme) :]
+    return uri
+
+
+def _strip(fs: AbstractFileSystem, uri: str, scheme: str) -> str:
+    return fs._strip_protocol(_protocol_form(uri, scheme))
 
 
 def modification_time_ms(info: Mapping[str, Any]) -> int:

@@ -179,3 +179,17 @@ def test_append_only_table_refuses_before_writing(tmp_path: Path) -> None:
     with pytest.raises(AppendOnlyTableError):
         DeltaTable(uri).update({"v": "'a'"})
     assert latest_version(uri) == 0 and not (Path(uri) / "_change_data").exists()
+
+
+def test_float_values_are_written_bit_for_bit(tmp_path: Path) -> None:
+    # -0.0 equals 0.0 and NaN equals nothing: a column is copied unchanged only when its new values
+    # have the old ones' bits, so a sign flipped on zero or NaN must reach the file
+    path = str(tmp_path / "floats")
+    nan = float("nan")
+    write_table(path, pa.table({"id": [1, 2, 3], "x": [0.0, 0.0, 1.5], "y": [0.0, nan, 2.5]}))
+    metrics = DeltaTable(path).update({"x": "-x", "y": "y + 0.0"}, predicate="id <= 2")
+    assert metrics["numUpdatedRows"] == 2
+    rows = DeltaTable(path).to_arrow().sort_by("id")
+    bits = {name: rows.column(name).to_numpy().view("<u8").tolist() for name in ("x", "y")}
+    assert bits["x"] == pa.array([-0.0, -0.0, 1.5]).to_numpy(zero_copy_only=False).view("<u8").tolist()
+    assert bits["y"] == pa.array([0.0, nan, 2.5]).to_numpy(zero_copy_only=False).view("<u8").tolist()

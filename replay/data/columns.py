@@ -27,18 +27,32 @@ def _field_id(arrow_field: pa.Field) -> int | None:
     return int(value) if value is not None else None
 
 
-def match_field(container: pa.Schema | pa.StructType, struct_field: StructField, mode: str) -> int | None:
-    """Index of the Arrow field storing ``struct_field`` in a file, or ``None`` if it is absent."""
-    arrow_fields = list(container)
-    if mode == "id" and struct_field.field_id is not None:
-        for index, arrow_field in enumerate(arrow_fields):
-            if _field_id(arrow_field) == struct_field.field_id:
-                return index
-    name = struct_field.physical_name if mode != "none" else struct_field.name
-    for index, arrow_field in enumerate(arrow_fields):
-        if arrow_field.name == name:
-            return index
-    return None
+class FieldFinder:
+    """Where the fields of a table schema are stored in one file's schema (or struct type).
+
+    The container's names (and, under ``id`` mapping, its field ids) are indexed once, so finding
+    every column of a wide file costs one pass over its fields, not one per column."""
+
+    def __init__(self, container: pa.Schema | pa.StructType, mode: str) -> None:
+        self._mode = mode
+        names = container.names
+        self._names: dict[str, int] = {}
+        for index, name in enumerate(names):
+            self._names.setdefault(name, index)
+        self._ids: dict[int, int] = {}
+        if mode == "id":
+            for index in range(len(names)):
+                field_id = _field_id(container.field(index))
+                if field_id is not None:
+                    self._ids.setdefault(field_id, index)
+
+    def index(self, struct_field: StructField) -> int | None:
+        """Index of the field storing ``struct_field``, or ``None`` if it is absent."""
+        if self._mode == "id" and struct_field.field_id is not None:
+            found = self._ids.get(struct_field.field_id)
+            if found is not None:
+                return found
+        return self._names.get(struct_field.physical_name if self._mode != "none" else struct_field.name)
 
 
 def conform_column(
@@ -61,8 +75,9 @@ def _conform_array(array: pa.Array, data_type: DataType, mode: str) -> pa.Array:
     mask = array.is_null() if array.null_count else None
     if isinstance(data_type, StructType) and pa.types.is_struct(array.type):
         children = []
+        finder = FieldFinder(array.type, mode)
         for struct_field in data_type.fields:
-            index = match_field(array.type, struct_field, mode)
+            index = finder.index(struct_field)
             if index is None:
                 children.append(pa.nulls(len(array), arrow_type(struct_field.type)))
             else:

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from fsspec.implementations.local import LocalFileSystem
 
-from logstores import open_filesystem
+from logstores import local_path, open_filesystem
 from replay.protocol.errors import DeltaError
 
 if TYPE_CHECKING:  # imported where a scan needs it: it costs memory that reading one file does not
@@ -115,9 +114,10 @@ def parquet_source(uri: str, conf: Mapping[str, str], size: int | None = None) -
     when known, the bytes come with one ranged GET, where a plain fetch may ask for the size first
     (s3fs sends a HEAD to decide whether to download in parts).
     """
+    local = local_path(uri)
+    if local is not None:
+        return local
     fs, path = open_filesystem(uri, conf)
-    if isinstance(fs, LocalFileSystem):
-        return str(path)
     if size is not None and size > 0:
         return pa.BufferReader(fs.cat_file(path, start=0, end=size))
     return pa.BufferReader(fs.cat_file(path))

@@ -28,7 +28,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from logstores import open_filesystem
 from logstores.filesystem import uri_scheme
-from replay.data.columns import arrow_field, conform_column, match_field
+from replay.data.columns import FieldFinder, arrow_field, conform_column
 from replay.data.deletion_vectors import check_row_indexes, dv_location, read_deletion_vector
 from replay.data.dictionaries import (
     DECODE_ROWS,
@@ -466,10 +466,12 @@ class _Layout:
     ) -> _Layout:
         """The layout of data ``fields`` and ``extra_columns`` in a file of ``schema``."""
         wanted: dict[str, str] = {}
+        finder = FieldFinder(schema, mode)
+        names = schema.names
         for struct_field in fields:
-            index = match_field(schema, struct_field, mode)
+            index = finder.index(struct_field)
             if index is not None:
-                wanted[struct_field.name] = schema.field(index).name
+                wanted[struct_field.name] = names[index]
         extra_present = [f.name for f in extra_columns if schema.get_field_index(f.name) >= 0]
         return cls(wanted, frozenset(extra_present), list(wanted.values()) + extra_present)
 

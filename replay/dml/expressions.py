@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from replay.protocol.sql import BoundExpression, parse_expression
 from replay.protocol.sql.bound import BLiteral
@@ -71,6 +72,5 @@ Assignment = SqlText | LiteralValue
 
 
 def true_positions(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Where a boolean array without nulls is true, as int64 positions."""
-    values = mask.to_numpy(zero_copy_only=False) if isinstance(mask, pa.Array) else mask.to_numpy()
-    return np.flatnonzero(values).astype(np.int64)
+    """Where a boolean array is true (nulls are not), as int64 positions."""
+    return pc.indices_nonzero(mask).to_numpy().view(np.int64)

@@ -157,6 +157,7 @@ class FileRewriter:
         self._columns = [f.name for f in table.reader.schema.fields]
         self._loaded_positions: np.ndarray | None = EMPTY
         self._loaded: pa.Table | None = None
+        self._taken: tuple[np.ndarray, pa.Table] | None = None
 
     @property
     def copy_on_write(self) -> bool:
@@ -166,6 +167,7 @@ class FileRewriter:
         """Read every column of the rows at ``positions`` (of all rows when copying on write, string
         columns the file stores dictionary-encoded as dictionary arrays), for
         :meth:`full_rows`."""
+        self._taken = None
         if self.copy_on_write:
             self._loaded_positions = None
             self._loaded = rows_with_columns(
@@ -178,18 +180,22 @@ class FileRewriter:
 
     def full_rows(self, positions: np.ndarray | None = None) -> pa.Table:
         """Every column of the rows at ``positions``, which :meth:`load` must have covered, with
-        plain columns (values are computed from them); ``None``: all rows as loaded, for the copy."""
+        plain columns (values are computed from them); ``None``: all rows as loaded, for the copy.
+        The rows of the last ``positions`` asked for are kept: an operation asks for the rows it
+        changes once to compute their new values, and again for their change data and the copy."""
         if self._loaded is None:
             self.load(positions if positions is not None else np.arange(self.target.num_rows))
         assert self._loaded is not None
-        if self._loaded_positions is None:
-            if positions is None:
-                return self._loaded
-            return decode_dictionaries(self._loaded.take(pa.array(positions, pa.int64())))
-        if positions is None:
-            positions = np.arange(self.target.num_rows)
-        at = np.searchsorted(self._loaded_positions, positions)
-        return decode_dictionaries(self._loaded.take(pa.array(at, pa.int64())))
+        if positions is None and self._loaded_positions is None:
+            return self._loaded
+        if self._taken is not None and self._taken[0] is positions:
+            return self._taken[1]
+        wanted = positions if positions is not None else np.arange(self.target.num_rows)
+        at = wanted if self._loaded_positions is None else np.searchsorted(self._loaded_positions, wanted)
+        rows = decode_dictionaries(self._loaded.take(pa.array(at, pa.int64())))
+        if positions is not None:
+            self._taken = (positions, rows)
+        return rows
 
     def unchanged(self) -> FileChange:
         return FileChange(self.target.file, scan_ns=time.perf_counter_ns() - self.started_ns)
@@ -255,7 +261,7 @@ class FileRewriter:
         if not updated.size or new_rows is None:
             return rows.filter(kept) if kept is not None else rows
         new = align(new_rows, schema)
-        old = decode_dictionaries(rows.take(pa.array(updated, pa.int64())))
+        old = align(self.full_rows(updated), schema)
         order: pa.Array | None = None
         arrays: list[pa.ChunkedArray] = []
         for index, column in enumerate(rows.columns):
@@ -274,10 +280,22 @@ class FileRewriter:
         return pa.Table.from_arrays(arrays, schema=rows.schema)
 
 
+_FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
 def _same_values(old: pa.ChunkedArray, new: pa.ChunkedArray) -> bool:
-    """Whether ``new`` holds exactly the values of ``old``: same type, equal values and nulls,
-    for types whose equality is identity (floating point, where -0.0 equals 0.0, and nested types,
-    which may hold it, are never taken as unchanged)."""
+    """Whether ``new`` holds exactly the values of ``old``: same type, same nulls and the same
+    values, floating-point ones bit for bit (their equality takes -0.0 for 0.0 and no NaN for
+    itself). Nested columns, which may hold floats, are never taken as unchanged."""
     data_type = old.type
-    exact = not (pa.types.is_floating(data_type) or pa.types.is_nested(data_type))
-    return exact and new.type == data_type and old.equals(new)
+    if new.type != data_type or pa.types.is_nested(data_type):
+        return False
+    if pa.types.is_floating(data_type):
+        bits = _FLOAT_BITS[data_type.bit_width]
+        return _view(old, bits).equals(_view(new, bits))
+    return old.equals(new)
+
+
+def _view(column: pa.ChunkedArray, data_type: pa.DataType) -> pa.ChunkedArray:
+    """``column``'s buffers read as ``data_type`` (of the same width)."""
+    return pa.chunked_array([chunk.view(data_type) for chunk in column.chunks], type=data_type)

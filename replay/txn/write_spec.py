@@ -13,6 +13,7 @@ import datetime as _dt
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -52,7 +53,7 @@ class FileWriteSpec:
         """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
         return compile_constraints(self.constraints, self.schema, self.table_path, self.write_time)
 
-    @property
+    @cached_property
     def data_schema(self) -> pa.Schema:
         """The schema of the data files: the table's columns but the partition columns, nested
         fields nullable (a NOT NULL struct field inside a null struct holds a null; the table's

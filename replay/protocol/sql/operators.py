@@ -55,8 +55,18 @@ def compare(op: str, left: Value, right: Value) -> Value:
     return _COMPARE[op](left, right)
 
 
+_MIRRORED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
 def _compare_floats(op: str, left: Value, right: Value) -> Value:
     """Spark's order of floating-point numbers: NaN = NaN, and NaN above everything else."""
+    if isinstance(left, pa.Scalar) and not isinstance(right, pa.Scalar):
+        op, left, right = _MIRRORED[op], right, left
+    if isinstance(right, pa.Scalar) and right.is_valid and right.as_py() == right.as_py():
+        # against a number (not NaN), IEEE comparison already is Spark's but for a NaN on the
+        # left, which only > and >= count as true
+        plain = _COMPARE[op](left, right)
+        return pc.or_(plain, pc.is_nan(left)) if op in (">", ">=") else plain
     left_nan, right_nan = pc.is_nan(left), pc.is_nan(right)
     if op in ("=", "!="):
         equal = pc.or_(pc.equal(left, right), pc.and_(left_nan, right_nan))
@@ -64,7 +74,9 @@ def _compare_floats(op: str, left: Value, right: Value) -> Value:
     if op in (">", ">="):
         op, left, right, left_nan, right_nan = ("<" if op == ">" else "<="), right, left, right_nan, left_nan
     plain = pc.if_else(right_nan, True, _COMPARE[op](left, right))
-    return pc.if_else(left_nan, right_nan if op == "<=" else False, plain)
+    ordered = pc.if_else(left_nan, right_nan if op == "<=" else False, plain)
+    valid = pc.and_(pc.is_valid(left), pc.is_valid(right))  # a NaN against a null is null
+    return pc.if_else(valid, ordered, pa.scalar(None, pa.bool_()))
 
 
 def is_in(value: Value, values: pa.Array) -> Value:
