@@ -24,10 +24,11 @@ from replay.data import (
     partition_value_array,
     read_files,
 )
+from replay.data.columns import FieldFinder
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, Metadata
 from replay.protocol.predicates import InvalidFilterError
-from replay.protocol.schema import PrimitiveType, parse_schema
+from replay.protocol.schema import PrimitiveType, StructField, parse_schema
 from replay.txn.write import write_table
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
@@ -218,6 +219,27 @@ def test_nested_physical_names_are_renamed() -> None:
     got = conform_column(physical, schema.fields[0].type, "name")
     assert got.to_pylist() == [{"x": 1, "gone": None}, None, {"x": 3, "gone": None}]
     assert got.type == pa.struct([pa.field("x", pa.int64()), pa.field("gone", pa.string())])
+
+
+def test_fields_are_found_by_id_then_physical_name_first_match_first() -> None:
+    def mapped(name: str, field_id: int, physical: str) -> StructField:
+        metadata = {"delta.columnMapping.id": field_id, "delta.columnMapping.physicalName": physical}
+        return StructField(name, PrimitiveType("long"), True, metadata)
+
+    def with_id(name: str, field_id: int | None) -> pa.Field:
+        metadata = {b"PARQUET:field_id": str(field_id).encode()} if field_id is not None else None
+        return pa.field(name, pa.int64(), metadata=metadata)
+
+    file_schema = pa.schema(
+        [with_id("col-a", 7), with_id("col-b", None), with_id("col-b", 9), with_id("x", 3)]
+    )
+    by_id, by_name, plain = (FieldFinder(file_schema, mode) for mode in ("id", "name", "none"))
+    assert by_id.index(mapped("a", 3, "col-a")) == 3  # the id wins over the physical name
+    assert by_id.index(mapped("b", 42, "col-b")) == 1  # an unknown id: the first of that name
+    assert by_name.index(mapped("a", 3, "col-a")) == 0
+    assert by_name.index(mapped("z", 1, "col-z")) is None
+    assert plain.index(StructField("x", PrimitiveType("long"))) == 3
+    assert plain.index(mapped("x", 7, "col-a")) == 3  # without mapping, the logical name
 
 
 def test_read_files_of_an_empty_list_has_the_schema() -> None:

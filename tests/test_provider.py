@@ -400,3 +400,20 @@ def test_a_filesystem_from_the_fsspec_specs_entry_point_serves_the_scheme(tmp_pa
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['{}']"
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["/tmp/t/part 1.parquet", "file:///tmp/t/part-1.parquet", "file:/tmp/t/x", "local:///tmp/t/x", "rel/x"],
+)
+def test_local_path_is_the_path_open_filesystem_gives_for_local_files(uri: str) -> None:
+    fs, path = logstores.open_filesystem(uri)
+    assert logstores.local_path(uri) == path
+    assert fs.protocol[0] in ("file", "local")
+
+
+@pytest.mark.parametrize(
+    "uri", ["s3a://bucket/t/x.parquet", "memory://t/x.parquet", "gs://b/x", "abfss://c@a/x"]
+)
+def test_local_path_is_none_for_other_filesystems(uri: str) -> None:
+    assert logstores.local_path(uri) is None
