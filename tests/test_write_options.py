@@ -18,7 +18,7 @@ from replay.protocol.errors import ConcurrentModificationError, DeltaError
 from replay.protocol.sql_predicate import PredicateError, parse_predicate
 from replay.protocol.table_properties import InvalidTablePropertyError
 from replay.txn.constraint_checks import InvariantViolationError
-from replay.txn.data_writer import write_batches
+from replay.txn.data_writer import MAX_BATCH_ROWS, MIN_BATCH_ROWS, PAGE_BYTES, write_batch_rows, write_batches
 from replay.txn.schema_merge import SchemaMismatchError
 from replay.txn.write import delta_schema, write_table
 from replay.txn.write_commit import commit_write
@@ -309,3 +309,32 @@ def test_column_mapping_tables_are_refused_before_anything_is_written(
     assert data_files(path) == before
     with pytest.raises(UnsupportedTableFeatureError, match=r"delta\.columnMapping\.mode"):
         write_table(str(tmp_path / "new"), data, configuration={"delta.columnMapping.mode": "name"})
+
+
+@pytest.mark.parametrize(
+    ("columns", "expected"),
+    [
+        ({"id": pa.array(range(10), pa.int64())}, MAX_BATCH_ROWS),  # 8 bytes a row: the cap
+        ({"s": pa.array(["x" * 200] * 10)}, PAGE_BYTES // 204),  # 200 bytes and an offset a row
+        ({"s": pa.array(["x" * 5000] * 10), "id": pa.array(range(10))}, MIN_BATCH_ROWS),  # the floor
+        ({"id": pa.array([], pa.int64())}, MIN_BATCH_ROWS),
+    ],
+)
+def test_the_writer_encodes_about_a_page_of_the_widest_column_per_step(
+    columns: dict[str, pa.Array], expected: int
+) -> None:
+    assert write_batch_rows(pa.table(columns)) == expected
+
+
+def test_wide_and_narrow_columns_round_trip_through_written_files(tmp_path: Path) -> None:
+    rows = 70_000  # more than one step of the narrow columns, many pages of the wide one
+    table = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "wide": pa.array([f"{i:0>300}" for i in range(rows)]),
+            "few": pa.array([f"k{i % 7}" for i in range(rows)]),
+            "maybe": pa.array([None if i % 3 else float(i) for i in range(rows)]),
+        }
+    )
+    write_table(str(tmp_path / "t"), table)
+    assert DeltaLog.for_table(str(tmp_path / "t")).snapshot().to_arrow().sort_by("id").equals(table)
