@@ -1,5 +1,6 @@
 """Delta Lake's LogStore contract and stores for local, memory, HDFS-like and cloud storage."""
 
+from logstores._version import __version__
 from logstores.base import FileStatus, LineIterator, LogStore
 from logstores.delegating import DelegatingLogStore, StoreChoice, log_store_scheme_conf_key
 from logstores.errors import (
@@ -49,6 +50,7 @@ __all__ = [
     "S3LogStore",
     "S3SingleDriverLogStore",
     "StoreChoice",
+    "__version__",
     "check_log_store_conf",
     "create_log_store",
     "explain_log_store",

@@ -10,6 +10,7 @@ facade, and ``spark`` and ``cli`` on top (see docs/architecture.md).
 # jemalloc (chosen before pyarrow is imported), and pyarrow must not import pandas for the library.
 import replay.protocol.memory_pool  # isort: skip
 import replay.protocol.lazy_pandas  # noqa: F401
+from logstores import __version__
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.log.log_replay import InMemoryLogReplay
@@ -110,6 +111,7 @@ __all__ = [
     "Transaction",
     "UnsupportedTableFeatureError",
     "VersionNotFoundError",
+    "__version__",
     "delete_files",
     "parse_action",
     "parse_actions",

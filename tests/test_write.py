@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import importlib.metadata
 import json
 import uuid
 from pathlib import Path
@@ -211,7 +212,7 @@ def test_first_write_creates_the_table(tmp_path: Path) -> None:
     assert info["operation"] == "WRITE"
     assert info["operationParameters"] == {"mode": "Append", "partitionBy": '["p"]'}
     assert info["isBlindAppend"] is True
-    assert info["engineInfo"].startswith("delta-logstores")
+    assert info["engineInfo"] == f"delta-logstores/{importlib.metadata.version('delta-logstores')}"
     assert info["operationMetrics"]["numFiles"] == "2"
     assert info["operationMetrics"]["numOutputRows"] == "3"
     actions = parse_actions(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from logstores import LogStoreConfError, explain_log_store
+from logstores import LogStoreConfError, __version__, explain_log_store
 from logstores.conf import parse_spark_defaults
 from logstores.redaction import SecretFilter, redact, redact_url, scrub, secret_values
 from replay.cli.arguments import (
@@ -200,9 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
 
     parser = _Parser(prog="deltalog", description="Inspect and follow Delta tables on any storage.")
-    parser.add_argument(
-        "--version", action="version", version=f"deltalog (delta-logstores) {_package_version()}"
-    )
+    parser.add_argument("--version", action="version", version=f"deltalog (delta-logstores) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
@@ -255,15 +253,6 @@ def build_parser() -> argparse.ArgumentParser:
     configure_retention(command)
     configure_emulator(command("emulator", cmd_emulator, EMULATOR_HELP))
     return parser
-
-
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("delta-logstores")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,16 +13,14 @@ monotonic in-commit timestamps of tables that enable them (:class:`InCommitTimes
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
 from typing import Any, Protocol
 
 import orjson
 
+from logstores import __version__
 from replay.log.commit_files import read_commit
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, CommitInfo
@@ -56,13 +54,9 @@ class FileSystemCommitter:
         return "FileSystemCommitter()"
 
 
-@functools.cache
 def engine_info() -> str:
     """``engineInfo`` of every commit this library writes, e.g. ``delta-logstores/0.1.0``."""
-    try:
-        return f"delta-logstores/{package_version('delta-logstores')}"
-    except PackageNotFoundError:
-        return "delta-logstores"
+    return f"delta-logstores/{__version__}"
 
 
 def encode_operation_parameters(parameters: Mapping[str, Any] | None) -> dict[str, str | None]:
