@@ -221,7 +221,8 @@ def write_batch_rows(first: pa.Table) -> int:
     The writer checks a page's size, and updates its statistics, once per step; pyarrow's step of
     1024 rows makes those checks a tenth of the cost of encoding narrow columns. A page still
     closes within one step of reaching its size, so pages stay about :data:`PAGE_BYTES` (at most
-    twice that) and dictionaries fall back to plain encoding as soon as they outgrow theirs.
+    twice that); a dictionary is likewise checked against :data:`DICTIONARY_PAGE_BYTES` once per
+    step, so one that outgrows it falls back to plain encoding at the end of that step.
     """
     if not first.num_rows:
         return MIN_BATCH_ROWS
