@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from fsspec.implementations.local import LocalFileSystem
 
-from logstores import open_filesystem
+from logstores import local_path
 from logstores.filesystem import uri_scheme
 from replay.data.columns import FieldFinder, arrow_field, conform_column
 from replay.data.deletion_vectors import check_row_indexes, dv_location, read_deletion_vector
@@ -300,8 +299,8 @@ class TableReader:
         extra_names = tuple(f.name for f in extra_columns)
         parquet_format = dataset_format(extra_names)
         for position, file in enumerate(files):
-            fs, path = open_filesystem(self.file_uri(file), self.conf)
-            if not isinstance(fs, LocalFileSystem) or len(files) == 1:
+            path = local_path(self.file_uri(file))
+            if path is None or len(files) == 1:
                 one_by_one.append(position)
                 continue
             try:
