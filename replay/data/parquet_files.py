@@ -117,10 +117,20 @@ def parquet_source(uri: str, conf: Mapping[str, str], size: int | None = None) -
     local = local_path(uri)
     if local is not None:
         return local
+    return pa.BufferReader(file_bytes(uri, conf, size))
+
+
+def file_bytes(uri: str, conf: Mapping[str, str], size: int | None = None) -> bytes:
+    """The whole file at ``uri`` (with one ranged GET on an object store when ``size``, the size
+    the log records, is known: see :func:`parquet_source`)."""
+    local = local_path(uri)
+    if local is not None:
+        with open(local, "rb") as handle:
+            return handle.read()
     fs, path = open_filesystem(uri, conf)
     if size is not None and size > 0:
-        return pa.BufferReader(fs.cat_file(path, start=0, end=size))
-    return pa.BufferReader(fs.cat_file(path))
+        return bytes(fs.cat_file(path, start=0, end=size))
+    return bytes(fs.cat_file(path))
 
 
 def is_format_error(exc: BaseException) -> bool:

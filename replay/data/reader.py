@@ -159,6 +159,7 @@ class TableReader:
         extra_columns: Sequence[pa.Field] = (),
         ignore_missing: bool = False,
         keep_dictionaries: bool = False,
+        data: bytes | None = None,
     ) -> pa.Table:
         """The rows of one data file as a table with logical column names.
 
@@ -171,7 +172,7 @@ class TableReader:
         :data:`~replay.data.dictionaries.DECODE_ROWS` rows, such columns are read as dictionaries
         and decoded here, faster than the Parquet reader decodes them. Raises
         :class:`DataFileNotFoundError` naming the file when it is missing, unless
-        ``ignore_missing`` (then the result is empty).
+        ``ignore_missing`` (then the result is empty). ``data``: the file's bytes, already fetched.
         """
         fields = self.read_fields(columns)
         if row_filter is True:
@@ -181,7 +182,8 @@ class TableReader:
         uri = self.file_uri(file)
         data_fields = [f for f in fields if f.name not in self.partition_columns]
         try:
-            source = parquet_source(uri, self.conf, getattr(file, "size", None))
+            size = getattr(file, "size", None)
+            source = parquet_source(uri, self.conf, size) if data is None else pa.BufferReader(data)
             try:
                 parquet = open_parquet(source)
                 layout = _Layout.of(

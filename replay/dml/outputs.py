@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -108,6 +109,24 @@ class Sinks:
             raise
         with self._lock:
             self._rewritten.extend(written)
+        return written
+
+    def rewrite_encoded(
+        self,
+        partition_values: Mapping[str, str | None],
+        parts: Sequence[bytes | memoryview],
+        stats: str,
+        rows: int,
+    ) -> WrittenFile:
+        """Store a rewritten target file already encoded (:meth:`DataFileWriter.write_encoded`)."""
+        writer = DataFileWriter(self.table.spec)
+        try:
+            written = writer.write_encoded(partition_values, parts, stats, rows)
+        except BaseException:
+            writer.discard()
+            raise
+        with self._lock:
+            self._rewritten.append(written)
         return written
 
     def write_changes(self, rows: pa.Table) -> None:

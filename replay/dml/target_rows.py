@@ -23,12 +23,14 @@ from replay.protocol.actions import AddFile
 class TargetRows:
     """The live rows of one target file: ``rows`` (the columns read), ``row_index`` (the physical
     index of each row in the file; ``None`` when every row of the file is live, each row's index
-    its position) and ``num_records`` (the file's physical row count)."""
+    its position), ``num_records`` (the file's physical row count) and ``data`` (the file's
+    bytes when they were fetched whole: later reads decode them instead of reading again)."""
 
     file: AddFile
     rows: pa.Table
     row_index: np.ndarray | None
     num_records: int
+    data: bytes | None = None
 
     @property
     def num_rows(self) -> int:
@@ -50,16 +52,19 @@ def _readable(reader: TableReader, columns: Sequence[str]) -> list[str]:
     return [reader.partition_columns[0] if reader.partition_columns else reader.schema.fields[0].name]
 
 
-def read_target_rows(reader: TableReader, file: AddFile, columns: Sequence[str]) -> TargetRows:
-    """The live rows of ``file`` with ``columns`` (at least one column is read)."""
-    raw = reader.read_file(file, _readable(reader, columns), row_filter=False)
+def read_target_rows(
+    reader: TableReader, file: AddFile, columns: Sequence[str], data: bytes | None = None
+) -> TargetRows:
+    """The live rows of ``file`` with ``columns`` (at least one column is read); ``data``: the
+    file's bytes, already fetched."""
+    raw = reader.read_file(file, _readable(reader, columns), row_filter=False, data=data)
     num_records = raw.num_rows
     deleted = reader.deletion_filter(file)
     if deleted is None:
-        return TargetRows(file, raw, None, num_records)
+        return TargetRows(file, raw, None, num_records, data)
     keep = deleted.mask(num_records, reader.file_uri(file))
     index = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
-    return TargetRows(file, raw.filter(keep), index.astype(np.int64), num_records)
+    return TargetRows(file, raw.filter(keep), index.astype(np.int64), num_records, data)
 
 
 def rows_with_columns(
@@ -82,7 +87,9 @@ def rows_with_columns(
             column = target.rows.column(name)
             parts[name] = column.take(taken) if taken is not None else column
     if missing:
-        raw = reader.read_file(target.file, missing, row_filter=False, keep_dictionaries=keep_dictionaries)
+        raw = reader.read_file(
+            target.file, missing, row_filter=False, keep_dictionaries=keep_dictionaries, data=target.data
+        )
         if positions is not None:
             raw = raw.take(pa.array(target.physical(positions), pa.int64()))
         elif target.row_index is not None:

@@ -139,35 +139,7 @@ class _OpenFile:
         else:
             self._fs.makedirs(parent, exist_ok=True)
             self._handle = where = self._fs.open(self.target, "wb")
-        chunks = self._chunk_schema
-        use_dictionary = dictionary_columns(first)
-        batch_rows = write_batch_rows(first)
-        if chunks is None or not has_dictionaries(chunks):
-            return pq.ParquetWriter(
-                where,
-                self._schema,
-                compression="snappy",
-                write_statistics=True,
-                use_dictionary=use_dictionary,
-                dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
-                write_batch_size=batch_rows,
-            )
-        # Dictionary columns are written as they are (their Parquet type is their values'); the
-        # file's Arrow schema says what it says for any other file: the plain types.
-        writer = pq.ParquetWriter(
-            where,
-            pa.schema([f.with_type(chunks.field(f.name).type) for f in self._schema]),
-            compression="snappy",
-            write_statistics=True,
-            use_dictionary=use_dictionary,
-            dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
-            write_batch_size=batch_rows,
-            store_schema=False,
-        )
-        writer.add_key_value_metadata(
-            {ARROW_SCHEMA_KEY: base64.b64encode(self._schema.serialize().to_pybytes()).decode()}
-        )
-        return writer
+        return open_parquet_writer(where, self._schema, first, self._chunk_schema)
 
     @property
     def buffered_bytes(self) -> int:
@@ -211,6 +183,32 @@ class _OpenFile:
                 self._handle.close()
         except Exception:  # the file is deleted anyway
             logger.debug("closing %s before deleting it failed", self.target, exc_info=True)
+
+
+def open_parquet_writer(
+    where: Any, schema: pa.Schema, first: pa.Table, chunks: pa.Schema | None = None
+) -> pq.ParquetWriter:
+    """A Parquet writer of a data file with ``schema`` whose first rows are ``first`` (they decide
+    which columns are dictionary-encoded, :func:`~replay.data.dictionaries.dictionary_columns`,
+    and the rows encoded per step, :func:`write_batch_rows`); ``chunks``: the schema of the rows
+    written, when dictionary columns among them are written as they are."""
+    options: dict[str, Any] = {
+        "compression": "snappy",
+        "write_statistics": True,
+        "use_dictionary": dictionary_columns(first),
+        "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
+        "write_batch_size": write_batch_rows(first),
+    }
+    if chunks is None or not has_dictionaries(chunks):
+        return pq.ParquetWriter(where, schema, **options)
+    # Dictionary columns are written as they are (their Parquet type is their values'); the
+    # file's Arrow schema says what it says for any other file: the plain types.
+    written = pa.schema([f.with_type(chunks.field(f.name).type) for f in schema])
+    writer = pq.ParquetWriter(where, written, store_schema=False, **options)
+    writer.add_key_value_metadata(
+        {ARROW_SCHEMA_KEY: base64.b64encode(schema.serialize().to_pybytes()).decode()}
+    )
+    return writer
 
 
 def write_batch_rows(first: pa.Table) -> int:
@@ -325,16 +323,54 @@ class DataFileWriter:
         while len(self._open) > MAX_OPEN_FILES:
             self._finish(next(iter(self._open)))
 
-    def _new_file(self, key: tuple[str | None, ...]) -> _OpenFile:
+    def _relative_path(self, key: tuple[str | None, ...]) -> str:
+        """The path under the table of the next file of partition ``key``."""
         count = self._rolls.get(key, 0)
         self._rolls[key] = count + 1
         name = self.layout.name.format(task=self.task_id, uuid=uuid.uuid4(), count=count)
         values = dict(zip(self.spec.partition_columns, key, strict=True))
         directory = partition_directory(list(self.spec.partition_columns), values)
-        parts = [part for part in (self.layout.directory, directory, name) if part]
-        opened = _OpenFile(self._fs, self._root, "/".join(parts), self.spec)
+        return "/".join(part for part in (self.layout.directory, directory, name) if part)
+
+    def _new_file(self, key: tuple[str | None, ...]) -> _OpenFile:
+        opened = _OpenFile(self._fs, self._root, self._relative_path(key), self.spec)
         self._started.append(opened.target)
         return opened
+
+    def write_encoded(
+        self,
+        partition_values: Mapping[str, str | None],
+        parts: Sequence[bytes | memoryview],
+        stats: str,
+        rows: int,
+    ) -> WrittenFile:
+        """Store a data file already encoded (``parts``, concatenated) in partition
+        ``partition_values`` (as an ``add`` action has them), named and tracked as every file
+        of this writer; ``stats`` and ``rows`` describe it."""
+        lowered = {name.lower(): value for name, value in partition_values.items()}
+        key = tuple(lowered.get(column.lower()) for column in self.spec.partition_columns)
+        relative = self._relative_path(key)
+        target = f"{self._root}/{relative}"
+        self._started.append(target)
+        parent = target.rsplit("/", 1)[0]
+        if isinstance(self._fs, LocalFileSystem):
+            os.makedirs(parent, exist_ok=True)
+            with open(target, "wb") as handle:
+                handle.writelines(parts)
+        else:
+            self._fs.makedirs(parent, exist_ok=True)
+            self._fs.pipe_file(target, b"".join(parts))
+        add = AddFile(
+            path=encode_log_path(relative),
+            partition_values=dict(zip(self.spec.partition_columns, key, strict=True)),
+            size=sum(len(part) for part in parts),
+            modification_time=int(time.time() * 1000),
+            data_change=True,
+            stats=stats,
+        )
+        written = WrittenFile(add, rows)
+        self._written.append(written)
+        return written
 
     def _finish(self, key: tuple[str | None, ...]) -> None:
         opened = self._open.pop(key)

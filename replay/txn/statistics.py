@@ -363,3 +363,58 @@ def file_statistics(
     collector = StatisticsCollector(table.schema, num_indexed_cols, string_prefix_length)
     collector.add(table)
     return collector.to_json()
+
+
+def indexed_paths(
+    schema: pa.Schema, num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
+) -> set[tuple[str, ...]]:
+    """The leaf columns of ``schema`` that statistics cover (each a path of field names)."""
+    return {leaf.names for leaf in _leaves(schema, -1 if num_indexed_cols < 0 else num_indexed_cols)}
+
+
+def replace_column_statistics(
+    stats: str,
+    replacement: str,
+    columns: set[str],
+    schema: pa.Schema,
+    num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS,
+) -> str | None:
+    """The statistics of a file whose top-level ``columns`` changed and nothing else: ``stats``
+    (the file's before) with those columns' figures taken from ``replacement`` (statistics of
+    every leaf of those columns), both keeping only the leaves ``schema``'s statistics cover.
+    ``None`` when ``stats`` does not cover every unchanged column it should (a writer that
+    collected fewer statistics); the file's statistics must then be collected anew."""
+    before = orjson.loads(stats)
+    after = orjson.loads(replacement)
+    paths = indexed_paths(schema, num_indexed_cols)
+    prefixes = {path[:depth] for path in paths for depth in range(1, len(path) + 1)}
+    null_counts = before.get("nullCount")
+    if not isinstance(null_counts, dict) or not isinstance(before.get("numRecords"), int):
+        return None
+    if any((name,) in prefixes and name not in null_counts for name in schema.names if name not in columns):
+        return None
+    merged: dict[str, Any] = {key: value for key, value in before.items() if key not in _FIGURES}
+    for figure in _FIGURES:
+        old, new = before.get(figure) or {}, after.get(figure) or {}
+        values = {}
+        for name in schema.names:
+            value = _covered(new.get(name), (name,), paths, prefixes) if name in columns else old.get(name)
+            if value is not None:
+                values[name] = value
+        merged[figure] = values
+    return orjson.dumps(merged).decode()
+
+
+_FIGURES = ("minValues", "maxValues", "nullCount")
+
+
+def _covered(
+    value: Any, path: tuple[str, ...], paths: set[tuple[str, ...]], prefixes: set[tuple[str, ...]]
+) -> Any:
+    """``value`` (a figure at ``path``) with only the covered leaves; ``None`` if none is."""
+    if path not in prefixes:
+        return None
+    if path in paths or not isinstance(value, dict):
+        return value
+    kept = {name: _covered(item, (*path, name), paths, prefixes) for name, item in value.items()}
+    return {name: item for name, item in kept.items() if item is not None}
