@@ -266,7 +266,7 @@ class FileRewriter:
         arrays: list[pa.ChunkedArray] = []
         for index, column in enumerate(rows.columns):
             replacement = new.column(index)
-            if _same_values(old.column(index), replacement):
+            if same_values(old.column(index), replacement):
                 arrays.append(column.filter(kept) if kept is not None else column)
                 continue
             if order is None:
@@ -283,7 +283,7 @@ class FileRewriter:
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
 
 
-def _same_values(old: pa.ChunkedArray, new: pa.ChunkedArray) -> bool:
+def same_values(old: pa.ChunkedArray, new: pa.ChunkedArray) -> bool:
     """Whether ``new`` holds exactly the values of ``old``: same type, same nulls and the same
     values, floating-point ones bit for bit (their equality takes -0.0 for 0.0 and no NaN for
     itself). Nested columns, which may hold floats, are never taken as unchanged."""

@@ -31,6 +31,7 @@ from replay.dml.assignments import (
     regenerate,
     unresolved_column,
 )
+from replay.dml.column_update import ColumnUpdate, fetch_file, plan_column_update, update_columns
 from replay.dml.commit import (
     DmlResult,
     FileTotals,
@@ -62,6 +63,8 @@ class UpdatePlan:
     table: DmlTable
     condition: SqlText | None
     assignments: Mapping[str, Assignment]
+    columns_only: ColumnUpdate | None = None
+    """How files are rewritten by their set columns only, where they can be."""
 
     @property
     def columns(self) -> list[str]:
@@ -70,7 +73,11 @@ class UpdatePlan:
     def process_file(self, file: AddFile, sinks: Sinks) -> FileChange:
         """Update the matching rows of one target file (the per-file work)."""
         started = time.perf_counter_ns()
-        target = read_target_rows(self.table.reader, file, self.table.first_read(self.columns))
+        if self.columns_only is not None and not self.table.local:  # fetched whole anyway: once
+            data = fetch_file(self.table, file)
+            target = read_target_rows(self.table.reader, file, self.columns, data)
+        else:
+            target = read_target_rows(self.table.reader, file, self.table.first_read(self.columns))
         rewriter = FileRewriter(self.table, sinks, target, started)
         if self.condition is None:
             updated = np.arange(target.num_rows, dtype=np.int64)
@@ -78,6 +85,18 @@ class UpdatePlan:
             updated = true_positions(self.condition.bound.matches(target.rows))
         if not updated.size:
             return rewriter.unchanged()
+        if self.columns_only is not None:
+            change = update_columns(
+                self.columns_only,
+                self.table,
+                sinks,
+                target,
+                updated=updated,
+                assignments=self.assignments,
+                started_ns=started,
+            )
+            if change is not None:
+                return change
         rewriter.load(updated)
         new_rows = regenerate(
             apply_assignments(rewriter.full_rows(updated), self.assignments, self.table.write_schema.names),
@@ -153,7 +172,7 @@ def plan_update(
     if predicate is not None:
         condition = SqlText(predicate, {alias or "": table.read_schema}, kind="predicate")
         pruning = condition.bound.to_predicate()
-    return UpdatePlan(table, condition, assignments), pruning
+    return UpdatePlan(table, condition, assignments, plan_column_update(table, assignments)), pruning
 
 
 def update_parameters(predicate: str | None) -> dict[str, list[str]]:
