@@ -357,9 +357,11 @@ class DataFileWriter:
             os.makedirs(parent, exist_ok=True)
             with open(target, "wb") as handle:
                 handle.writelines(parts)
-        else:
+        else:  # streamed, as the files of write(): an object store uploads it in parts
             self._fs.makedirs(parent, exist_ok=True)
-            self._fs.pipe_file(target, b"".join(parts))
+            with self._fs.open(target, "wb") as stream:
+                for part in parts:
+                    stream.write(part)
         add = AddFile(
             path=encode_log_path(relative),
             partition_values=dict(zip(self.spec.partition_columns, key, strict=True)),
