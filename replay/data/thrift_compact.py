@@ -86,7 +86,7 @@ def decode_selected(data: bytes | memoryview, offset: int, selection: Selection)
     without being decoded) and the offset just past the struct."""
     reader = _Reader(_bytes_view(data), offset)
     try:
-        value = reader.selected(selection, 0)
+        value = reader.struct(0, selection)
     except (IndexError, struct.error):
         raise ThriftDecodeError(f"Thrift struct at offset {offset} is truncated") from None
     return value, reader.pos
@@ -134,7 +134,9 @@ class _Reader:
         raw = self.varint()
         return (raw >> 1) ^ -(raw & 1)
 
-    def struct(self, depth: int) -> Struct:
+    def struct(self, depth: int, selection: Selection | None = None) -> Struct:
+        """The struct at :attr:`pos`: every field, or those ``selection`` names (the others
+        skipped)."""
         if depth > MAX_DEPTH:
             raise ThriftDecodeError(f"Thrift value at offset {self.pos} is nested deeper than {MAX_DEPTH}")
         fields: Struct = {}
@@ -147,34 +149,16 @@ class _Reader:
                 return fields
             delta = header >> 4
             last = last + delta if delta else self.zigzag()
+            if selection is not None and last not in selection:
+                if kind not in (TRUE, FALSE):
+                    self.skip(kind, depth + 1)
+                continue
             if kind in (TRUE, FALSE):
                 fields[last] = (TRUE, kind == TRUE)
-            else:
-                fields[last] = (kind, self.value(kind, depth + 1))
-
-    def selected(self, selection: Selection, depth: int) -> Struct:
-        if depth > MAX_DEPTH:
-            raise ThriftDecodeError(f"Thrift value at offset {self.pos} is nested deeper than {MAX_DEPTH}")
-        fields: Struct = {}
-        last = 0
-        while True:
-            header = self.data[self.pos]
-            self.pos += 1
-            kind = header & 0x0F
-            if kind == STOP:
-                return fields
-            delta = header >> 4
-            last = last + delta if delta else self.zigzag()
-            if kind in (TRUE, FALSE):
-                if last in selection:
-                    fields[last] = (TRUE, kind == TRUE)
                 continue
-            if last not in selection:
-                self.skip(kind, depth + 1)
-                continue
-            inner = selection[last]
+            inner = selection[last] if selection is not None else None
             if inner is not None and kind == STRUCT:
-                fields[last] = (kind, self.selected(inner, depth + 1))
+                fields[last] = (kind, self.struct(depth + 1, inner))
             else:
                 fields[last] = (kind, self.value(kind, depth + 1))
 

@@ -37,7 +37,7 @@ from replay.dml.rewrite import FileChange, same_values
 from replay.dml.target_rows import TargetRows, rows_with_columns
 from replay.protocol.actions import AddFile
 from replay.protocol.constraints import TableConstraints
-from replay.txn.data_writer import open_parquet_writer
+from replay.txn.data_writer import EncodedFile, open_parquet_writer
 from replay.txn.statistics import StatisticsCollector, replace_column_statistics
 from replay.txn.write_spec import FileWriteSpec, conform
 
@@ -119,7 +119,7 @@ def update_columns(
     except NotSpliceableError as exc:
         logger.debug("rewriting all columns of %s: %s", file.path, exc)
         return None
-    written = sinks.rewrite_encoded(file.partition_values, parts, stats, target.num_rows)
+    written = sinks.rewrite_encoded(EncodedFile(parts, file.partition_values, stats, target.num_rows))
     changed = int(updated.size)
     return FileChange(
         file,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ from replay.txn.data_writer import (
     CHANGE_DATA_FILES,
     DATA_FILES,
     DataFileWriter,
+    EncodedFile,
     FileLayout,
     WrittenFile,
     delete_data_files,
@@ -100,33 +101,30 @@ class Sinks:
         """Write ``rows`` (one target file's rows after the change) as new data files."""
         if rows.num_rows == 0:
             return []
-        writer = DataFileWriter(self.table.spec, keep_dictionaries=True)
-        try:
+
+        def write(writer: DataFileWriter) -> list[WrittenFile]:
             writer.write(rows)
-            written = writer.close()
+            return writer.close()
+
+        return self._rewritten_by(write, keep_dictionaries=True)
+
+    def rewrite_encoded(self, encoded: EncodedFile) -> WrittenFile:
+        """Store a target file's replacement, already encoded."""
+        return self._rewritten_by(lambda writer: [writer.write_encoded(encoded)], keep_dictionaries=False)[0]
+
+    def _rewritten_by(
+        self, write: Callable[[DataFileWriter], list[WrittenFile]], *, keep_dictionaries: bool
+    ) -> list[WrittenFile]:
+        """The files ``write`` writes with a writer of its own (all deleted if it fails), kept
+        for :meth:`discard`."""
+        writer = DataFileWriter(self.table.spec, keep_dictionaries=keep_dictionaries)
+        try:
+            written = write(writer)
         except BaseException:
             writer.discard()
             raise
         with self._lock:
             self._rewritten.extend(written)
-        return written
-
-    def rewrite_encoded(
-        self,
-        partition_values: Mapping[str, str | None],
-        parts: Sequence[bytes | memoryview],
-        stats: str,
-        rows: int,
-    ) -> WrittenFile:
-        """Store a rewritten target file already encoded (:meth:`DataFileWriter.write_encoded`)."""
-        writer = DataFileWriter(self.table.spec)
-        try:
-            written = writer.write_encoded(partition_values, parts, stats, rows)
-        except BaseException:
-            writer.discard()
-            raise
-        with self._lock:
-            self._rewritten.append(written)
         return written
 
     def write_changes(self, rows: pa.Table) -> None:

@@ -97,6 +97,17 @@ class WrittenFile:
     num_rows: int
 
 
+@dataclass(frozen=True)
+class EncodedFile:
+    """A data file encoded elsewhere: its bytes (``parts``, concatenated), its partition
+    (``partition_values`` as an ``add`` action has them), its statistics and its row count."""
+
+    parts: Sequence[bytes | memoryview]
+    partition_values: Mapping[str, str | None]
+    stats: str
+    rows: int
+
+
 class _OpenFile:
     """One Parquet file being written: buffered batches, the Parquet writer, running statistics."""
 
@@ -337,17 +348,10 @@ class DataFileWriter:
         self._started.append(opened.target)
         return opened
 
-    def write_encoded(
-        self,
-        partition_values: Mapping[str, str | None],
-        parts: Sequence[bytes | memoryview],
-        stats: str,
-        rows: int,
-    ) -> WrittenFile:
-        """Store a data file already encoded (``parts``, concatenated) in partition
-        ``partition_values`` (as an ``add`` action has them), named and tracked as every file
-        of this writer; ``stats`` and ``rows`` describe it."""
-        lowered = {name.lower(): value for name, value in partition_values.items()}
+    def write_encoded(self, encoded: EncodedFile) -> WrittenFile:
+        """Store a data file already encoded, named and tracked as every file of this writer."""
+        parts = encoded.parts
+        lowered = {name.lower(): value for name, value in encoded.partition_values.items()}
         key = tuple(lowered.get(column.lower()) for column in self.spec.partition_columns)
         relative = self._relative_path(key)
         target = f"{self._root}/{relative}"
@@ -368,9 +372,9 @@ class DataFileWriter:
             size=sum(len(part) for part in parts),
             modification_time=int(time.time() * 1000),
             data_change=True,
-            stats=stats,
+            stats=encoded.stats,
         )
-        written = WrittenFile(add, rows)
+        written = WrittenFile(add, encoded.rows)
         self._written.append(written)
         return written
 
