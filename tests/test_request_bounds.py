@@ -49,6 +49,8 @@ pytestmark = pytest.mark.cloud
 
 TIMEOUT_KEY = "spark.delta.logstores.requestTimeoutMs"
 FAST = {TIMEOUT_KEY: "2000"}
+STALLED = {TIMEOUT_KEY: "1000"}
+"""The bound of the stalled-endpoint test: any bound shows the failure, a short one sooner."""
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
 COMMIT = f"{0:020d}.json"
 
@@ -139,17 +141,21 @@ def test_sdk_clients_receive_the_bounds(
 def stalled_stores(stalled: StalledEndpoint, moto_server: MotoServer) -> dict[str, tuple[LogStore, str]]:
     """Every cloud store with the stalled endpoint as its (DynamoDB) endpoint, and a path to write."""
     endpoint = stalled.endpoint
-    s3 = {**s3_settings(moto_server, endpoint), **FAST}
-    ddb = {**dynamodb_settings(moto_server, unique_name("ddb"), endpoint), **s3_settings(moto_server), **FAST}
+    s3 = {**s3_settings(moto_server, endpoint), **STALLED}
+    ddb = {
+        **dynamodb_settings(moto_server, unique_name("ddb"), endpoint),
+        **s3_settings(moto_server),
+        **STALLED,
+    }
     gcs = {
         "spark.hadoop.fs.gs.storage.root.url": endpoint,
         "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
-        **FAST,
+        **STALLED,
     }
     connection = (
         f"DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;BlobEndpoint={endpoint}/acct;"
     )
-    azure = {"spark.delta.logStore.abfs.options.connection_string": connection, **FAST}
+    azure = {"spark.delta.logStore.abfs.options.connection_string": connection, **STALLED}
     bucket = moto_server.create_bucket()
     return {
         "S3LogStore": (S3LogStore(s3), f"s3a://bucket/t/_delta_log/{COMMIT}"),
