@@ -231,11 +231,17 @@ def splice_columns(original: ParquetLayout, replacement: ParquetLayout) -> list[
     parts: list[bytes | memoryview] = [MAGIC]
     position = len(MAGIC)
     groups: list[Struct] = []
+    chunks_of = {
+        id(layout): [
+            _list(g, _GROUP_COLUMNS, "RowGroup")
+            for g in _list(layout.footer, _FILE_ROW_GROUPS, "FileMetaData")
+        ]
+        for layout in (original, replacement)
+    }
     for group_index, group in enumerate(_list(original.footer, _FILE_ROW_GROUPS, "FileMetaData")):
         chunks: list[Struct] = []
         for source, (_, _, (first, last)) in sources:
-            source_group = _list(source.footer, _FILE_ROW_GROUPS, "FileMetaData")[group_index]
-            source_chunks = _list(source_group, _GROUP_COLUMNS, "RowGroup")
+            source_chunks = chunks_of[id(source)][group_index]
             for leaf in range(first, last):
                 start, end = source.chunks[group_index][leaf]
                 chunks.append(_moved_chunk(source_chunks[leaf], start, end, position))
