@@ -230,3 +230,16 @@ def test_the_logged_size_is_the_files_and_its_values_read_back(tmp_path: Path) -
     assert add["size"] == len(data)
     table = pq.read_table(io.BytesIO(data))
     assert table.column("amount").to_pylist() == [-i * 10 if i % 2 == 0 else i * 10 for i in range(40)]
+
+
+def test_nan_is_above_every_number_even_where_no_other_value_matches(tmp_path: Path) -> None:
+    # Spark orders NaN above every number; a file whose other values are all below the bound
+    # still has its NaN row updated (delta-rs, pruning by Parquet statistics that leave NaN out,
+    # misses it: a disagreement where this library follows Delta)
+    uri = str(tmp_path / "t")
+    write_table(
+        uri, pa.table({"id": [0, 1], "value": [math.nan, 1.0], "amount": [0, 20]}), configuration=PLAIN
+    )
+    metrics = DeltaTable(uri).update({"amount": "amount + 1"}, predicate="value > 3")
+    assert metrics["numUpdatedRows"] == 1
+    assert [r["amount"] for r in our_rows(uri)] == [1, 20]
