@@ -5,7 +5,6 @@ selective decoding agrees with full decoding, and damaged input fails with a typ
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,7 +30,6 @@ from replay.data.thrift_compact import (
     ThriftDecodeError,
     ThriftList,
     ThriftMap,
-    decode_selected,
     decode_struct,
     encode_struct,
 )
@@ -64,7 +62,7 @@ def test_page_headers_round_trip_and_select() -> None:
     selection: Selection = {1: None, 3: None, 5: {1: None}}
     while position < len(data) - 8 - len(footer_of(data)):
         header, end = decode_struct(data, position)
-        chosen, chosen_end = decode_selected(data, position, selection)
+        chosen, chosen_end = decode_struct(data, position, selection)
         assert chosen_end == end
         assert encode_struct(header) == data[position:end]
         assert chosen == {k: v for k, v in header.items() if k in (1, 3)} | (
@@ -93,9 +91,7 @@ def _typed(depth: int) -> st.SearchStrategy[tuple[int, object]]:
     inner = _typed(depth - 1)
     element_kinds = st.sampled_from([BYTE, I32, I64, BINARY, DOUBLE, TRUE])
     lists = st.tuples(element_kinds, st.sampled_from([LIST, SET])).flatmap(
-        lambda ks: st.lists(_SCALARS[ks[0]], max_size=20).map(
-            lambda items: (ks[1], ThriftList(ks[0], items, ks[1] == SET))
-        )
+        lambda ks: st.lists(_SCALARS[ks[0]], max_size=20).map(lambda items: (ks[1], ThriftList(ks[0], items)))
     )
     maps = st.lists(st.tuples(_SCALARS[I32], _SCALARS[BINARY]), min_size=1, max_size=5).map(
         lambda items: (MAP, ThriftMap(I32, BINARY, items))
@@ -126,7 +122,7 @@ def test_any_struct_round_trips(value: Struct) -> None:
 def test_selection_is_the_selected_part_of_the_whole(value: Struct, data: st.DataObject) -> None:
     encoded = encode_struct(value)
     wanted = data.draw(st.sets(st.sampled_from(sorted(value) or [1])))
-    selected, end = decode_selected(encoded + b"tail", 0, dict.fromkeys(wanted))
+    selected, end = decode_struct(encoded + b"tail", 0, dict.fromkeys(wanted))
     assert end == len(encoded)
     assert selected == {k: v for k, v in value.items() if k in wanted}
 
@@ -139,7 +135,7 @@ def test_truncated_input_fails_typed(value: Struct, data: st.DataObject) -> None
     with pytest.raises(ThriftDecodeError):
         decode_struct(encoded[:cut])
     with pytest.raises(ThriftDecodeError):
-        decode_selected(encoded[:cut], 0, {})
+        decode_struct(encoded[:cut], 0, {})
 
 
 def test_unknown_type_and_deep_nesting_fail_typed() -> None:
@@ -152,8 +148,8 @@ def test_unknown_type_and_deep_nesting_fail_typed() -> None:
         decode_struct(encode_struct(nested))
 
 
-def test_arrow_buffers_decode_as_unsigned_bytes(tmp_path: Path) -> None:
+def test_arrow_buffers_decode_as_unsigned_bytes() -> None:
     value: Struct = {1: (I32, 300), 2: (BINARY, b"\xff\x80"), 20: (I64, -(2**40))}
     buffer = pa.py_buffer(encode_struct(value))
     assert decode_struct(memoryview(buffer))[0] == value
-    assert decode_selected(memoryview(buffer), 0, {20: None})[0] == {20: value[20]}
+    assert decode_struct(memoryview(buffer), 0, {20: None})[0] == {20: value[20]}

@@ -44,6 +44,9 @@ def corrupt_data_file_error(uri: str, table: str, cause: Exception) -> CorruptDa
 
 
 LOCAL_ARROW_FS = pafs.LocalFileSystem()
+ARROW_SCHEMA_KEY = "ARROW:schema"
+"""The key of the Parquet footer's key-value metadata that holds the Arrow schema (as pyarrow
+stores it: the serialized schema, base64)."""
 
 
 @functools.cache
@@ -115,9 +118,7 @@ def parquet_source(uri: str, conf: Mapping[str, str], size: int | None = None) -
     (s3fs sends a HEAD to decide whether to download in parts).
     """
     local = local_path(uri)
-    if local is not None:
-        return local
-    return pa.BufferReader(file_bytes(uri, conf, size))
+    return local if local is not None else pa.BufferReader(_fetch(uri, conf, size))
 
 
 def file_bytes(uri: str, conf: Mapping[str, str], size: int | None = None) -> bytes:
@@ -127,6 +128,10 @@ def file_bytes(uri: str, conf: Mapping[str, str], size: int | None = None) -> by
     if local is not None:
         with open(local, "rb") as handle:
             return handle.read()
+    return _fetch(uri, conf, size)
+
+
+def _fetch(uri: str, conf: Mapping[str, str], size: int | None) -> bytes:
     fs, path = open_filesystem(uri, conf)
     if size is not None and size > 0:
         return bytes(fs.cat_file(path, start=0, end=size))

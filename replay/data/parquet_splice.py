@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from replay.data.parquet_files import ARROW_SCHEMA_KEY
 from replay.data.thrift_compact import (
     I32,
     I64,
@@ -32,13 +33,11 @@ from replay.data.thrift_compact import (
     Struct,
     ThriftDecodeError,
     ThriftList,
-    decode_selected,
     decode_struct,
     encode_struct,
 )
 
 MAGIC = b"PAR1"
-ARROW_SCHEMA_KEY = b"ARROW:schema"
 
 # Field ids of parquet.thrift.
 _FILE_SCHEMA, _FILE_NUM_ROWS, _FILE_ROW_GROUPS, _FILE_KEY_VALUES = 2, 3, 4, 5
@@ -200,7 +199,7 @@ def _chunk_range(data: memoryview, chunk: Struct, limit: int, walk_pages: bool) 
     values, position = 0, start
     try:
         while position < end:
-            header, position = decode_selected(data, position, _PAGE_FIELDS)
+            header, position = decode_struct(data, position, _PAGE_FIELDS)
             position += _int(header, _PAGE_COMPRESSED_SIZE, "PageHeader")
             kind = header.get(_PAGE_TYPE, (I32, -1))[1]
             body = header.get(_PAGE_V1 if kind == _DATA_PAGE else _PAGE_V2)
@@ -334,7 +333,7 @@ def _drop_arrow_schema(footer: Struct) -> None:
     kept = [
         kv
         for kv in entry[1].items
-        if isinstance(kv, dict) and kv.get(_KEY_VALUE_KEY, (0, b""))[1] != ARROW_SCHEMA_KEY
+        if isinstance(kv, dict) and kv.get(_KEY_VALUE_KEY, (0, b""))[1] != ARROW_SCHEMA_KEY.encode()
     ]
     if kept:
         footer[_FILE_KEY_VALUES] = (LIST, ThriftList(STRUCT, kept))

@@ -41,11 +41,10 @@ _INTEGERS = (BYTE, I16, I32, I64)
 
 @dataclass
 class ThriftList:
-    """A list (or set) with the wire type of its elements."""
+    """A list or set (the field's wire type says which) with the wire type of its elements."""
 
     element_type: int
     items: Sequence[Value] = field(default_factory=list)
-    is_set: bool = False
 
 
 @dataclass
@@ -66,24 +65,16 @@ class ThriftDecodeError(ValueError):
     """The bytes are not a Thrift compact-protocol struct."""
 
 
-def decode_struct(data: bytes | memoryview, offset: int = 0) -> tuple[Struct, int]:
-    """The struct encoded at ``offset`` of ``data`` and the offset just past it."""
-    reader = _Reader(_bytes_view(data), offset)
-    try:
-        value = reader.struct(0)
-    except (IndexError, struct.error):
-        raise ThriftDecodeError(f"Thrift struct at offset {offset} is truncated") from None
-    return value, reader.pos
-
-
 Selection = Mapping[int, "Selection | None"]
 """Which fields of a struct to decode: field id -> ``None`` (the whole value) or the selection
 of a struct field's own fields."""
 
 
-def decode_selected(data: bytes | memoryview, offset: int, selection: Selection) -> tuple[Struct, int]:
-    """The fields of the struct at ``offset`` that ``selection`` names (the others are skipped
-    without being decoded) and the offset just past the struct."""
+def decode_struct(
+    data: bytes | memoryview, offset: int = 0, selection: Selection | None = None
+) -> tuple[Struct, int]:
+    """The struct encoded at ``offset`` of ``data`` (only the fields ``selection`` names, if
+    given: the others are skipped without being decoded) and the offset just past it."""
     reader = _Reader(_bytes_view(data), offset)
     try:
         value = reader.struct(0, selection)
@@ -219,7 +210,7 @@ class _Reader:
                 size = self.varint()
             element = header & 0x0F
             items = [self.value(element, depth + 1) for _ in range(size)]
-            return ThriftList(TRUE if element == FALSE else element, items, kind == SET)
+            return ThriftList(TRUE if element == FALSE else element, items)
         if kind == MAP:
             size = self.varint()
             if not size:

@@ -41,6 +41,7 @@ from replay.data.dictionaries import (
     dictionary_columns,
     has_dictionaries,
 )
+from replay.data.parquet_files import ARROW_SCHEMA_KEY
 from replay.protocol.actions import AddFile
 from replay.protocol.paths import resolve_path
 from replay.txn.partition_paths import encode_log_path, partition_directory, partition_value_string
@@ -61,9 +62,6 @@ PAGE_BYTES = 1024 * 1024
 MIN_BATCH_ROWS = 1024
 MAX_BATCH_ROWS = 64 * 1024
 """Bounds of the rows the Parquet writer encodes per step (:func:`write_batch_rows`)."""
-ARROW_SCHEMA_KEY = "ARROW:schema"
-"""The key of the Parquet footer's key-value metadata that holds the Arrow schema (as pyarrow
-stores it: the serialized schema, base64)."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
 
