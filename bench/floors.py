@@ -43,8 +43,10 @@ def _write(table: pa.Table, path: Path) -> None:
     )
 
 
-def _read(path: Path) -> pa.Table:
-    with pa.OSFile(str(path)) as source:
+def _read(path: Path, whole: bool = False) -> pa.Table:
+    """The rows of ``path``; ``whole``: the file is read with one call and parsed from memory, as
+    our compaction reads small files."""
+    with pa.BufferReader(path.read_bytes()) if whole else pa.OSFile(str(path)) as source:
         parquet = pq.ParquetFile(source, pre_buffer=False)
         schema = parquet.schema_arrow
         dictionaries = dictionary_encoded_columns(parquet.metadata, schema, schema.names)
@@ -89,7 +91,7 @@ def compact_partitions(table: str) -> dict[str, int]:
     partitions = sorted(p for p in Path(table).iterdir() if p.is_dir() and "=" in p.name)
 
     def compact(partition: Path) -> int:
-        rows = pa.concat_tables(_read(path) for path in sorted(partition.glob("*.parquet")))
+        rows = pa.concat_tables(_read(path, whole=True) for path in sorted(partition.glob("*.parquet")))
         _write(rows, partition / "floor-compacted.parquet")
         return 1
 

@@ -534,12 +534,19 @@ def test_files_of_older_schemas_are_compacted_with_their_missing_columns_as_null
     assert rust_rows_of(path, "a, b") == [(1, None), (2, None), (3, None), (4, "new")]
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["read-whole", "read-by-chunk"])
 @pytest.mark.parametrize("read_ahead", [0, 1, 16])
-def test_a_bin_reads_its_files_in_order_inline_or_ahead(tmp_path: Path, read_ahead: int) -> None:
+def test_a_bin_reads_its_files_in_order_inline_or_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_ahead: int, whole: bool
+) -> None:
     """Local runs with a bin per thread read inline, others read ahead on the data pool: both
-    give each bin's rows in file order, deletion vectors applied, older files' columns as nulls."""
+    give each bin's rows in file order, deletion vectors applied, older files' columns as nulls,
+    whether small files are read whole or chunk by chunk."""
+    from replay.maintenance import optimize_rewrite
     from replay.maintenance.optimize_rewrite import read_in_order, table_reader
 
+    if not whole:
+        monkeypatch.setattr(optimize_rewrite, "WHOLE_READ_BYTES", 0)
     path = str(tmp_path / "t")
     dv_table(path)
     write_table(

@@ -243,9 +243,10 @@ def _rewrite_in_order(
     threads: int,
     cleanup: Callable[[RewrittenBin], None],
 ) -> Generator[RewrittenBin, None, None]:
-    """``map(rewrite, bins)`` in order on the rewrite pool, ``threads`` bins in flight. If the
-    consumer stops early or a bin fails, bins still running are waited for and ``cleanup`` gets
-    each that finished (their files must not be left behind)."""
+    """``map(rewrite, bins)`` in order on the rewrite pool of ``threads`` threads, one bin more
+    than that in flight (a thread that finishes before the bin ahead of it starts the next one
+    at once). If the consumer stops early or a bin fails, bins still running are waited for and
+    ``cleanup`` gets each that finished (their files must not be left behind)."""
     pool = executor(Work.REWRITE, threads)
     if pool is None:
         yield from map(rewrite, bins)
@@ -255,7 +256,7 @@ def _rewrite_in_order(
     try:
         for work in upcoming:
             pending.append(pool.submit(rewrite, work))
-            if len(pending) >= threads:
+            if len(pending) > threads:
                 break
         while pending:
             result = pending.popleft().result()

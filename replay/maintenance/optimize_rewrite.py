@@ -46,6 +46,9 @@ READ_AHEAD = 16
 """Files read ahead of the one being written (in groups of four per task of the data pool)."""
 BATCH_ROWS = 128 * 1024
 """Rows of consecutive files handed to the writer together."""
+WHOLE_READ_BYTES = 8 * 1024 * 1024
+"""Local files up to this size are read whole, with one call, and parsed from memory (a small
+file's footer and column chunks otherwise take a read each)."""
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,11 @@ class _FileReads:
 
     A local file without a deletion vector whose Parquet schema holds the requested data columns
     under their own names and the table's exact Arrow types (the files this library, Spark and
-    delta-rs write for a table without column mapping) is opened once and its columns taken as
-    they are. Every other file, and any file that fails to read this way, goes through
-    :meth:`TableReader.read_file` (deletion vectors, column mapping, missing columns, type
-    changes, Delta's errors naming the file). Partition columns are left to the caller.
+    delta-rs write for a table without column mapping) is opened once (read with one call when
+    it is small, :data:`WHOLE_READ_BYTES`) and its columns taken as they are. Every other file,
+    and any file that fails to read this way, goes through :meth:`TableReader.read_file`
+    (deletion vectors, column mapping, missing columns, type changes, Delta's errors naming the
+    file). Partition columns are left to the caller.
     """
 
     def __init__(self, reader: TableReader, columns: Sequence[str] | None) -> None:
@@ -127,7 +131,7 @@ class _FileReads:
         path = self._local_path(file)
         if path is not None:
             try:
-                table = self._read_plain(path)
+                table = self._read_plain(path, file.size)
             except (pa.ArrowException, OSError):
                 table = None  # read_file names the file in its error, or reads it its own way
             if table is not None:
@@ -140,9 +144,16 @@ class _FileReads:
         path = resolve_path(self.local_root, file.path)
         return path if path.startswith("/") else None  # an absolute URI elsewhere: the reader's way
 
-    def _read_plain(self, path: str) -> pa.Table | None:
-        with pa.OSFile(path) as source:
+    def _read_plain(self, path: str, size: int) -> pa.Table | None:
+        if 0 < size <= WHOLE_READ_BYTES:
+            with open(path, "rb") as handle:
+                source: pa.NativeFile = pa.BufferReader(handle.read())
+        else:
+            source = pa.OSFile(path)
+        with source:
             raw = pq.ParquetFile(source, pre_buffer=False).read(columns=self.data_names, use_threads=False)
+        if raw.schema.equals(self.data_schema):  # names, types and nullability; metadata aside
+            return raw
         if raw.schema.names != self.data_names or raw.schema.types != self.data_types:
             return None  # a column missing, renamed or of another type: the reader's way
         return pa.Table.from_arrays(raw.columns, schema=self.data_schema)
