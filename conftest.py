@@ -33,7 +33,7 @@ def golden_root() -> Path:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """One quiet local SparkSession for the whole run (Spark tests run serially)."""
+    """One quiet local SparkSession for the whole run (its tests run serially, on one worker)."""
     from replay.spark.session import local_session
 
     session = local_session(
@@ -42,3 +42,15 @@ def spark() -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist's ``loadgroup``, every test that uses the SparkSession runs on one worker,
+    so a run starts one session. A test marked ``own_spark`` drives a Spark of its own in a
+    subprocess and may run on any worker, beside the session's tests."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        shared = "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark")
+        if shared and not item.get_closest_marker("own_spark"):
+            item.add_marker(pytest.mark.xdist_group("spark"))

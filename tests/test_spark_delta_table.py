@@ -290,6 +290,7 @@ finally:
 
 
 @pytest.mark.spark
+@pytest.mark.own_spark
 def test_the_api_works_over_spark_connect(tmp_path: Path) -> None:
     try:
         from pyspark.sql.connect.utils import check_dependencies

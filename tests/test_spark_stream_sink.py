@@ -108,6 +108,7 @@ def _leftovers(marker: str) -> list[int]:
     return alive
 
 
+@pytest.mark.own_spark
 @pytest.mark.timeout(600)
 def test_a_driver_killed_between_the_table_commit_and_the_spark_commit_log(tmp_path: Path) -> None:
     """A processing-time stream of several batches; the driver is SIGKILLed right after the sink
