@@ -248,6 +248,9 @@ def arithmetic(op: str, left: object, right: object, double: bool) -> object:
         raise RowError("zero")
     if op == "/":
         return left / right
+    if op == "%" and double:  # the library's documented DOUBLE remainder: a - trunc(a / b) * b
+        assert isinstance(left, float) and isinstance(right, float)
+        return left - math.trunc(left / right) * right
     if op == "%":
         assert isinstance(left, int) and isinstance(right, int)
         quotient = abs(left) // abs(right) * (1 if (left >= 0) == (right > 0) else -1)
@@ -355,6 +358,10 @@ def _binary(node: sx.Binary, row: dict[str, object]) -> object:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conditions | numbers, tables)
+@example(  # a DOUBLE remainder: -NULL is a DOUBLE, and so is the COALESCE that has it
+    sx.Binary("%", long(7), sx.Call("coalesce", (long(-2), sx.Unary("-", sx.Literal(None, pa.null()))))),
+    {"a": [None], "b": [None], "c": [None], "p": [None], "q": [None]},
+)
 def test_vectorised_evaluation_equals_row_by_row_evaluation(
     tree: sx.Node, columns: dict[str, list[object]]
 ) -> None:
