@@ -62,6 +62,8 @@ PAGE_BYTES = 1024 * 1024
 MIN_BATCH_ROWS = 1024
 MAX_BATCH_ROWS = 64 * 1024
 """Bounds of the rows the Parquet writer encodes per step (:func:`write_batch_rows`)."""
+SAMPLE_ROWS = 64 * 1024
+"""Rows of a file's first rows whose bytes per row :func:`write_batch_rows` measures."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
 
@@ -132,7 +134,10 @@ class _OpenFile:
             table = table.cast(self._chunk_schema)
         self._buffer.append(table)
         self._buffered_rows += table.num_rows
-        self._buffered_bytes += table.nbytes
+        size = table.get_total_buffer_size()  # cheap, but a slice counts its whole buffers ...
+        if self._buffered_bytes + size >= ROW_GROUP_BYTES:
+            size = table.nbytes  # ... so the bytes it refers to decide a flush
+        self._buffered_bytes += size
         self.rows += table.num_rows
         if self._buffered_rows >= ROW_GROUP_ROWS or self._buffered_bytes >= ROW_GROUP_BYTES:
             self._flush()
@@ -233,7 +238,8 @@ def write_batch_rows(first: pa.Table) -> int:
     """
     if not first.num_rows:
         return MIN_BATCH_ROWS
-    widest = max((column.nbytes for column in first.columns), default=0) / first.num_rows
+    sample = first.slice(0, SAMPLE_ROWS)  # the bytes of a few rows, not of every chunk
+    widest = max((column.nbytes for column in sample.columns), default=0) / sample.num_rows
     rows = int(PAGE_BYTES / widest) if widest else MAX_BATCH_ROWS
     return max(MIN_BATCH_ROWS, min(MAX_BATCH_ROWS, rows))
 
