@@ -47,10 +47,19 @@ def spark() -> Iterator[object]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist's ``loadgroup``, every test that uses the SparkSession runs on one worker,
     so a run starts one session. A test marked ``own_spark`` drives a Spark of its own in a
-    subprocess and may run on any worker, beside the session's tests."""
+    subprocess and may run on any worker, beside the session's tests.
+
+    The session's tests, the longest part of a run, come first (each file's order kept), so their
+    worker starts on them at once while the other workers take the rest."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    shared: list[pytest.Item] = []
+    others: list[pytest.Item] = []
     for item in items:
-        shared = "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark")
-        if shared and not item.get_closest_marker("own_spark"):
+        uses_session = "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark")
+        if uses_session and not item.get_closest_marker("own_spark"):
             item.add_marker(pytest.mark.xdist_group("spark"))
+            shared.append(item)
+        else:
+            others.append(item)
+    items[:] = shared + others
