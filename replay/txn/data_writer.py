@@ -134,10 +134,7 @@ class _OpenFile:
             table = table.cast(self._chunk_schema)
         self._buffer.append(table)
         self._buffered_rows += table.num_rows
-        size = table.get_total_buffer_size()  # cheap, but a slice counts its whole buffers ...
-        if self._buffered_bytes + size >= ROW_GROUP_BYTES:
-            size = table.nbytes  # ... so the bytes it refers to decide a flush
-        self._buffered_bytes += size
+        self._buffered_bytes += table.nbytes  # a slice's own bytes, not its parent's buffers
         self.rows += table.num_rows
         if self._buffered_rows >= ROW_GROUP_ROWS or self._buffered_bytes >= ROW_GROUP_BYTES:
             self._flush()
