@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import TracebackType
 from typing import Any
 
@@ -100,7 +101,7 @@ class _PendingFile:
         name = f"{DV_FILE_NAME_CORE}_{self.file_id}.bin"
         return f"{self.prefix}/{name}" if self.prefix else name
 
-    @property
+    @cached_property
     def encoded(self) -> str:
         """The descriptor's ``pathOrInlineDv``: prefix + Z85 of the UUID."""
         return self.prefix + encode_uuid(self.file_id)

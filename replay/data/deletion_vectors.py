@@ -18,6 +18,7 @@ that a DV's rows exist in the data file it is applied to. Writing DVs is
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 import zlib
@@ -143,8 +144,10 @@ def z85_encode(data: bytes) -> str:
     return alphabet[digits.reshape(-1)].tobytes().decode("ascii")
 
 
+@functools.lru_cache(maxsize=4096)
 def decode_uuid(encoded: str) -> uuid.UUID:
-    """The UUID of a ``"u"`` descriptor from its 20 Z85 characters."""
+    """The UUID of a ``"u"`` descriptor from its 20 Z85 characters (remembered: the DVs of one
+    operation share a few DV files)."""
     if len(encoded) != UUID_Z85_LENGTH:
         raise CorruptDeletionVectorError(f"a Z85 UUID has {UUID_Z85_LENGTH} characters, got {encoded!r}")
     return uuid.UUID(bytes=z85_decode(encoded))

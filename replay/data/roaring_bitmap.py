@@ -188,54 +188,61 @@ def serialize_bitmap(row_indexes: Iterable[int] | np.ndarray, *, run_optimize: b
 
 
 def _serialize_roaring32(values: np.ndarray, run_optimize: bool) -> bytes:
-    """A non-empty sorted ``uint32`` array as one portable 32-bit roaring bitmap."""
-    keys = (values >> 16).astype(np.uint16)
+    """A non-empty sorted ``uint32`` array as one portable 32-bit roaring bitmap.
+
+    The work is a few array operations over all values plus a few per container (a DV holds a
+    handful of containers per 65536 rows), so that small bitmaps, the common case, stay cheap.
+    """
+    keys = values >> 16
+    size_all = int(values.size)
+    starts = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist()]
+    ends = [*starts[1:], size_all]
     low = (values & 0xFFFF).astype("<u2")
-    size_all = len(values)
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    counts = np.diff(np.append(starts, size_all))
-    # A run starts where a value does not follow its predecessor or a new container begins.
-    run_start = np.ones(size_all, dtype=bool)
-    run_start[1:] = (np.diff(values) != 1) | (keys[1:] != keys[:-1])
-    run_positions = np.flatnonzero(run_start)
-    run_lengths = np.diff(np.append(run_positions, size_all))
-    runs_per_container = np.add.reduceat(run_start.astype(np.int64), starts)
-    base_sizes = np.where(counts <= _ARRAY_CONTAINER_MAX, 2 * counts, _BITMAP_CONTAINER_BYTES)
-    run_sizes = 2 + 4 * runs_per_container
-    is_run = (run_sizes < base_sizes) if run_optimize else np.zeros(len(starts), dtype=bool)
-    first_run = np.concatenate(([0], np.cumsum(runs_per_container)[:-1]))
+    # breaks[i]: values i and i + 1 are not consecutive, so a run ends at i (a container's runs
+    # are counted from its own slice, so a boundary between containers never joins two runs)
+    breaks = np.diff(values) != 1
 
     bodies: list[bytes] = []
-    sizes = np.empty(len(starts), dtype=np.int64)
-    for index, (start, count) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
-        if is_run[index]:
-            first, runs = int(first_run[index]), int(runs_per_container[index])
+    header: list[int] = []
+    is_run: list[bool] = []
+    for start, end in zip(starts, ends, strict=True):
+        count = end - start
+        header += (int(keys[start]), count - 1)
+        inner = breaks[start : end - 1]
+        runs = 1 + int(np.count_nonzero(inner))
+        base_size = 2 * count if count <= _ARRAY_CONTAINER_MAX else _BITMAP_CONTAINER_BYTES
+        if run_optimize and 2 + 4 * runs < base_size:
+            firsts = np.empty(runs, dtype=np.int64)
+            firsts[0] = 0
+            firsts[1:] = np.flatnonzero(inner) + 1
             pairs = np.empty((runs, 2), dtype="<u2")
-            pairs[:, 0] = low[run_positions[first : first + runs]]
-            pairs[:, 1] = run_lengths[first : first + runs] - 1
-            body = struct.pack("<H", runs) + pairs.tobytes()
+            pairs[:, 0] = low[start + firsts]
+            pairs[:, 1] = np.diff(firsts, append=count) - 1
+            bodies.append(struct.pack("<H", runs) + pairs.tobytes())
+            is_run.append(True)
         elif count <= _ARRAY_CONTAINER_MAX:
-            body = low[start : start + count].tobytes()
+            bodies.append(low[start:end].tobytes())
+            is_run.append(False)
         else:
             bits = np.zeros(_BITMAP_CONTAINER_BYTES * 8, dtype=np.uint8)
-            bits[low[start : start + count]] = 1
-            body = np.packbits(bits, bitorder="little").tobytes()
-        bodies.append(body)
-        sizes[index] = len(body)
+            bits[low[start:end]] = 1
+            bodies.append(np.packbits(bits, bitorder="little").tobytes())
+            is_run.append(False)
 
     size = len(starts)
-    header = np.empty((size, 2), dtype="<u2")
-    header[:, 0] = keys[starts]
-    header[:, 1] = counts - 1
-    if is_run.any():
-        flags = np.packbits(is_run.astype(np.uint8), bitorder="little").tobytes()
-        prefix = struct.pack("<I", _SERIAL_COOKIE | ((size - 1) << 16)) + flags + header.tobytes()
+    header_bytes = struct.pack(f"<{2 * size}H", *header)
+    if any(is_run):
+        flags = np.packbits(np.array(is_run, dtype=np.uint8), bitorder="little").tobytes()
+        prefix = struct.pack("<I", _SERIAL_COOKIE | ((size - 1) << 16)) + flags + header_bytes
         with_offsets = size >= _NO_OFFSET_THRESHOLD
     else:
-        prefix = struct.pack("<II", _SERIAL_COOKIE_NO_RUN, size) + header.tobytes()
+        prefix = struct.pack("<II", _SERIAL_COOKIE_NO_RUN, size) + header_bytes
         with_offsets = True
     if with_offsets:
-        first_offset = len(prefix) + 4 * size
-        offsets = (first_offset + np.concatenate(([0], np.cumsum(sizes)[:-1]))).astype("<u4")
-        prefix += offsets.tobytes()
+        offset = len(prefix) + 4 * size
+        offsets = []
+        for body in bodies:
+            offsets.append(offset)
+            offset += len(body)
+        prefix += struct.pack(f"<{size}I", *offsets)
     return prefix + b"".join(bodies)

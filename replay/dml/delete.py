@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -56,7 +57,7 @@ class DeletePlan:
     table: DmlTable
     condition: SqlText
 
-    @property
+    @cached_property
     def columns(self) -> list[str]:
         return self.condition.bound.columns()
 

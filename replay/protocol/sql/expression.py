@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -141,7 +142,7 @@ class BoundExpression:
         """The Arrow type of the result."""
         return self.node.type
 
-    @property
+    @cached_property
     def references(self) -> tuple[Reference, ...]:
         """Every column read, in order of appearance (scope, path as in the schema, position)."""
         return tuple(Reference(n.scope, n.path, n.position) for n in references(self.node))
@@ -165,7 +166,7 @@ class BoundExpression:
         try:
             if isinstance(data, pa.RecordBatch):
                 return self._batch(data, columns)
-            names = [columns.get(key, key[1]) if columns else key[1] for key in self._keys()]
+            names = [columns.get(key, key[1]) if columns else key[1] for key in self._keys]
             table = data.select(list(dict.fromkeys(n for n in names if n in data.column_names)))
             if table.num_columns == 0:
                 table = pa.table({"_": pa.nulls(data.num_rows)})
@@ -174,8 +175,9 @@ class BoundExpression:
         except ExpressionError as exc:
             raise exc.located(self.text, self.kind) from None
 
-    def _keys(self) -> list[tuple[str, str]]:
-        return list(dict.fromkeys((r.scope, r.path[0]) for r in self.references))
+    @cached_property
+    def _keys(self) -> tuple[tuple[str, str], ...]:
+        return tuple(dict.fromkeys((r.scope, r.path[0]) for r in self.references))
 
     def _batch(self, batch: pa.RecordBatch, columns: ColumnNames | None) -> pa.Array:
         value = evaluate(self.node, Context(batch.num_rows, batch_source(batch, columns)))
@@ -189,7 +191,7 @@ class BoundExpression:
         result = self.evaluate(data, columns)
         if pa.types.is_null(result.type):
             result = result.cast(types.BOOLEAN)
-        return result.fill_null(False)
+        return result.fill_null(False) if result.null_count else result
 
     def to_predicate(self, scope: str | None = None) -> Predicate:
         """The predicate tree for pruning files by the columns of ``scope`` (required when the
