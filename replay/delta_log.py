@@ -144,17 +144,19 @@ class DeltaLog:
             latest=latest,
         )
 
-    def update(self) -> Snapshot:
-        """The latest snapshot, reusing the cached one if the log has not changed."""
-        return self._cached(load_log_segment(self.io))
+    def update(self, *, files: bool = True) -> Snapshot:
+        """The latest snapshot, reusing the cached one if the log has not changed. With
+        ``files=False`` a newly loaded snapshot replays its files on first use
+        (:func:`~replay.state.loader.load_snapshot`)."""
+        return self._cached(load_log_segment(self.io), files=files)
 
-    def _cached(self, segment: LogSegment) -> Snapshot:
+    def _cached(self, segment: LogSegment, *, files: bool = True) -> Snapshot:
         """The snapshot of the latest ``segment``: the cached one if it is that segment, else loaded."""
         with self._lock:
             cached = self._latest
         if cached is not None and cached.log_segment.same_files(segment):
             return cached
-        snapshot = load_snapshot(self.io, segment)
+        snapshot = load_snapshot(self.io, segment, files=files)
         with self._lock:
             self._latest = snapshot
         return snapshot

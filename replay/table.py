@@ -116,9 +116,11 @@ class DeltaTable:
         self._snapshot = self._log.update()
 
     def _moved_to(self, version: int | None) -> None:
-        """After an operation committed ``version`` (``None``: nothing committed), load it."""
+        """After an operation committed ``version`` (``None``: nothing committed), load the latest
+        version; its files are replayed when first used (an operation's caller often reads
+        nothing more)."""
         if version is not None:
-            self._snapshot = self._log.update()
+            self._snapshot = self._log.update(files=False)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit information, newest first (``commitInfo`` fields with version and timestamp)."""
