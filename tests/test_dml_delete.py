@@ -141,7 +141,11 @@ def test_table_object_moves_to_the_committed_version(tmp_path: Path) -> None:
     table = DeltaTable(uri)
     table.delete("id = 1")
     assert table.version() == 1
+    # the new version's files are replayed when first used, and then hold the change
+    assert not table.snapshot.files_replayed
     assert 1 not in table.to_pyarrow_table()["id"].to_pylist()
+    assert table.snapshot.files_replayed
+    assert len(table.files()) == len(DeltaTable(uri).files())
 
 
 def test_append_only_table_refuses_before_writing(tmp_path: Path) -> None:
