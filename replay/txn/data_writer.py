@@ -121,7 +121,9 @@ class _OpenFile:
         )
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0
-        self._buffered_bytes = 0
+        self._bound_bytes = 0  # the distinct buffers the tables hold, whole (cheap: the memory they pin)
+        self._measured = 0  # buffered tables whose own bytes are in _own_bytes
+        self._own_bytes = 0
         self._writer: pq.ParquetWriter | None = None
         self._handle: Any = None
         self._chunk_schema: pa.Schema | None = None
@@ -134,9 +136,11 @@ class _OpenFile:
             table = table.cast(self._chunk_schema)
         self._buffer.append(table)
         self._buffered_rows += table.num_rows
-        self._buffered_bytes += table.nbytes  # a slice's own bytes, not its parent's buffers
+        self._bound_bytes += table.get_total_buffer_size()
         self.rows += table.num_rows
-        if self._buffered_rows >= ROW_GROUP_ROWS or self._buffered_bytes >= ROW_GROUP_BYTES:
+        if self._buffered_rows >= ROW_GROUP_ROWS or (
+            self._bound_bytes >= ROW_GROUP_BYTES and self.buffered_bytes >= ROW_GROUP_BYTES
+        ):
             self._flush()
 
     def _open(self, first: pa.Table) -> pq.ParquetWriter:
@@ -154,13 +158,21 @@ class _OpenFile:
 
     @property
     def buffered_bytes(self) -> int:
-        return self._buffered_bytes
+        """The buffered rows' own bytes (``nbytes``: a slice counts its share of its parent's
+        buffers, not the whole of them). Measured when asked, for the tables added since: a
+        flush is decided from the cheap whole-buffer size first, which only a buffer of slices
+        of larger tables (Z-order's ranges) takes past the limit while its rows are below it."""
+        for table in self._buffer[self._measured :]:
+            self._own_bytes += table.nbytes
+        self._measured = len(self._buffer)
+        return self._own_bytes
 
     def _flush(self) -> None:
         if not self._buffer:
             return
         chunk = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
-        self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
+        self._buffer, self._buffered_rows = [], 0
+        self._bound_bytes = self._measured = self._own_bytes = 0
         if self._writer is None:
             self._writer = self._open(chunk)
         self._writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
