@@ -3,18 +3,22 @@ skip on every Z-order column, Delta's column checks, and delta-rs's result on th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import shutil
 from pathlib import Path
+from typing import Any
 
 import deltalake
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay import DeltaLog, DeltaTable, write_table
+from replay.maintenance import optimize_rewrite, zorder
 from replay.maintenance.zorder import (
     ZOrderColumnError,
     as_keys,
@@ -210,3 +214,56 @@ def test_z_order_leaves_out_rows_deleted_by_deletion_vectors(tmp_path: Path) -> 
     files = DeltaLog.for_table(path).update().files()
     assert files[0].deletion_vector is None and files[0].num_records == 24
     assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == expected
+
+
+# -- the writers' buffer budget ------------------------------------------------------------------------
+def _row_groups_after_z_order(path: str, budget: int, monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """Z-order ``path`` into four files with open writers sharing ``budget`` bytes; the row groups
+    (rows) of each file written."""
+    plain = zorder.ZOrderRewriter.for_snapshot
+
+    def with_budget(*args: Any, **kwargs: Any) -> zorder.ZOrderRewriter:
+        return dataclasses.replace(plain(*args, **kwargs), buffer_bytes=budget)
+
+    monkeypatch.setattr(zorder.ZOrderRewriter, "for_snapshot", with_budget)
+    table = DeltaTable(path)
+    total = sum(add.size for add in table.snapshot.files())
+    metrics = table.optimize.z_order(["x", "y"], target_size=total // 4)
+    assert metrics["numFilesAdded"] == 4
+    groups = []
+    for uri in table.file_uris():
+        metadata = pq.ParquetFile(uri.removeprefix("file://")).metadata
+        groups.append([metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
+    assert sum(map(sum, groups)) == ROWS_AT_BUDGET
+    return groups
+
+
+ROWS_AT_BUDGET = 400_000
+"""More rows than one batch of a rewrite: the rows reach the writers as slices of several batches."""
+
+
+@pytest.fixture
+def z_order_table(tmp_path: Path) -> tuple[str, int]:
+    """A table of :data:`ROWS_AT_BUDGET` rows in four files, and the bytes of its rows in memory."""
+    path = str(tmp_path / "t")
+    scattered(path, rows=ROWS_AT_BUDGET, files=4)
+    assert ROWS_AT_BUDGET > optimize_rewrite.BATCH_ROWS
+    return path, DeltaTable(path).to_pyarrow_table().nbytes
+
+
+def test_rows_within_the_budget_are_encoded_once_per_file(
+    z_order_table: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each slice holds a share of its batch: counted whole, the slices would pass the budget at
+    # once and be encoded early, batch after batch
+    path, nbytes = z_order_table
+    groups = _row_groups_after_z_order(path, nbytes * 5 // 4, monkeypatch)
+    assert all(len(each) == 1 for each in groups), groups
+
+
+def test_rows_beyond_the_budget_are_encoded_early(
+    z_order_table: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, nbytes = z_order_table
+    groups = _row_groups_after_z_order(path, nbytes // 4, monkeypatch)
+    assert any(len(each) > 1 for each in groups), groups
