@@ -159,9 +159,9 @@ class _OpenFile:
     @property
     def buffered_bytes(self) -> int:
         """The buffered rows' own bytes (``nbytes``: a slice counts its share of its parent's
-        buffers, not the whole of them). Measured when asked, for the tables added since: a
-        flush is decided from the cheap whole-buffer size first, which only a buffer of slices
-        of larger tables (Z-order's ranges) takes past the limit while its rows are below it."""
+        buffers, not the whole of them), measured when asked for the tables added since. A flush
+        looks at the cheap whole-buffer size first and measures only once that reaches the limit:
+        slices of larger tables (Z-order's ranges) get there long before their own bytes do."""
         for table in self._buffer[self._measured :]:
             self._own_bytes += table.nbytes
         self._measured = len(self._buffer)
