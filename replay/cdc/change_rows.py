@@ -16,9 +16,10 @@ import numpy as np
 import pyarrow as pa
 
 from replay.cdc.change_actions import CDC_COLUMNS, ChangeRead
+from replay.data.deletion_vector_reads import RowFilter
 from replay.data.deletion_vectors import dv_location, read_deletion_vector
 from replay.data.partition_values import constant_array
-from replay.data.reader import RowFilter, TableReader
+from replay.data.reader import TableReader
 from replay.log.concurrency import Work, gc_paused, map_concurrently
 
 

@@ -8,6 +8,7 @@ from replay.data.deletion_vector_errors import (
     DeletionVectorError,
     DeletionVectorNotFoundError,
 )
+from replay.data.deletion_vector_reads import RowFilter
 from replay.data.deletion_vector_writer import (
     DeletionVectorUpdate,
     DeletionVectorWriter,
@@ -17,7 +18,7 @@ from replay.data.deletion_vector_writer import (
 from replay.data.deletion_vectors import read_deletion_vector
 from replay.data.parquet_files import CorruptDataFileError, DataFileNotFoundError
 from replay.data.partition_values import constant_array, parse_partition_value, partition_value_array
-from replay.data.reader import RowFilter, TableReader, read_files
+from replay.data.reader import TableReader, read_files
 
 __all__ = [
     "CorruptDataFileError",

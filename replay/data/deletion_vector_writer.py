@@ -231,14 +231,16 @@ class DeletionVectorWriter:
         row_indexes: Iterable[int] | np.ndarray,
         *,
         num_records: int | None = None,
+        current_rows: np.ndarray | None = None,
     ) -> DeletionVectorUpdate:
         """Delete ``row_indexes`` of ``file`` (an ``add`` of the snapshot) on top of its current DV.
 
-        The current DV is read, united with the rows and written as a new DV unless nothing is
-        newly deleted (the current descriptor is kept) or every row of the file is (no DV is
-        written; :meth:`DeletionVectorUpdate.actions` removes the file). ``num_records`` is the
-        file's physical row count, by default its ``numRecords`` statistic; rows at or past it
-        raise :class:`~replay.data.deletion_vector_errors.CorruptDeletionVectorError`.
+        The current DV is read (``current_rows``: its rows, when the caller has already read
+        them), united with the rows and written as a new DV unless nothing is newly deleted (the
+        current descriptor is kept) or every row of the file is (no DV is written;
+        :meth:`DeletionVectorUpdate.actions` removes the file). ``num_records`` is the file's
+        physical row count, by default its ``numRecords`` statistic; rows at or past it raise
+        :class:`~replay.data.deletion_vector_errors.CorruptDeletionVectorError`.
         """
         values = row_index_array(row_indexes)
         records = file.num_records if num_records is None else num_records
@@ -246,7 +248,11 @@ class DeletionVectorWriter:
             check_row_indexes(values, records, file.path, "the rows to delete")
         previous = file.deletion_vector
         if previous is not None:
-            current = read_deletion_vector(previous, self.table_path, self.conf)
+            current = (
+                read_deletion_vector(previous, self.table_path, self.conf)
+                if current_rows is None
+                else current_rows
+            )
             if records is not None:
                 check_row_indexes(current, records, file.path, dv_location(previous, self.table_path))
             union = row_index_array(np.concatenate((current, values)))

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstores import local_path
 from logstores.filesystem import uri_scheme
 from replay.data.columns import FieldFinder, arrow_field, conform_column
-from replay.data.deletion_vectors import check_row_indexes, dv_location, read_deletion_vector
+from replay.data.deletion_vector_reads import DeletionVectorCache, RowFilter, read_deletion_vectors
+from replay.data.deletion_vectors import dv_location, read_deletion_vector
 from replay.data.dictionaries import (
     DECODE_ROWS,
     decode_dictionary,
@@ -59,30 +59,6 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class RowFilter:
-    """Which rows of a file to keep by 0-based row index.
-
-    ``keep=False``: drop ``indexes`` (a deletion vector); ``keep=True``: keep only ``indexes``.
-    ``source`` names the deletion vector(s) the indexes come from, for errors.
-    """
-
-    indexes: np.ndarray
-    keep: bool = False
-    source: str = "deletion vector"
-
-    def mask(self, num_rows: int, data_file: str) -> pa.Array:
-        """A boolean mask of the rows to keep in ``data_file``, which has ``num_rows`` rows.
-
-        Raises :class:`~replay.data.deletion_vector_errors.CorruptDeletionVectorError` if an index
-        is not a row of the file (:func:`~replay.data.deletion_vectors.check_row_indexes`).
-        """
-        check_row_indexes(self.indexes, num_rows, data_file, self.source)
-        hits = np.zeros(num_rows, dtype=bool)
-        hits[self.indexes.astype(np.int64)] = True
-        return pa.array(hits if self.keep else ~hits)
-
-
-@dataclass(frozen=True)
 class TableReader:
     """What is needed to read any data file of one table version (picklable).
 
@@ -94,6 +70,7 @@ class TableReader:
     partition_columns: tuple[str, ...]
     column_mapping_mode: str
     conf: Mapping[str, str]
+    dv_cache: DeletionVectorCache = field(default_factory=DeletionVectorCache, compare=False, repr=False)
 
     @classmethod
     def for_metadata(
@@ -147,8 +124,19 @@ class TableReader:
         descriptor = getattr(file, "deletion_vector", None)
         if descriptor is None:
             return None
-        indexes = read_deletion_vector(descriptor, self.table_path, self.conf)
+        indexes = self.dv_cache.get(descriptor)
+        if indexes is None:
+            indexes = read_deletion_vector(descriptor, self.table_path, self.conf)
         return RowFilter(indexes, source=dv_location(descriptor, self.table_path))
+
+    def prefetch_deletion_vectors(self, files: Iterable[FileAction]) -> None:
+        """Read the deletion vectors of ``files`` now, with one request per DV file
+        (:func:`~replay.data.deletion_vector_reads.read_deletion_vectors`), for
+        :meth:`deletion_filter` to find."""
+        wanted = [d for f in files if (d := getattr(f, "deletion_vector", None)) is not None]
+        missing = self.dv_cache.missing(wanted)
+        if missing:
+            self.dv_cache.update(read_deletion_vectors(missing, self.table_path, self.conf, self.concurrency))
 
     def read_file(
         self,
@@ -436,6 +424,7 @@ class TableReader:
         )
         tables = dict(zip(whole, found, strict=True))
         rest = [i for i in range(len(files)) if i not in tables]
+        self.prefetch_deletion_vectors(files[i] for i in rest)
         read = map_concurrently(
             lambda i: self.read_file(files[i], columns, ignore_missing=ignore_missing),
             rest,

@@ -238,7 +238,10 @@ class FileRewriter:
             writer = self.sinks.deletion_vectors
             assert writer is not None
             result.deletion_vector = writer.update(
-                file, self.target.physical(changed), num_records=self.target.num_records
+                file,
+                self.target.physical(changed),
+                num_records=self.target.num_records,
+                current_rows=self.target.deleted,
             )
             if new_rows is not None and new_rows.num_rows:
                 self.sinks.new_rows.write(align(new_rows, schema))

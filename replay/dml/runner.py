@@ -82,5 +82,6 @@ def run_plan(
     sinks = Sinks(plan.table)
     with discard_unless_committed(txn, sinks):
         files = add_actions(candidates)
+        plan.table.reader.prefetch_deletion_vectors(files)  # one request per DV file, not per file
         changes = run_files(lambda f: plan.process_file(f, sinks), files, plan.table.threads)
         return finish(changes, sinks, time.perf_counter_ns() - started_ns)

@@ -23,14 +23,16 @@ from replay.protocol.actions import AddFile
 class TargetRows:
     """The live rows of one target file: ``rows`` (the columns read), ``row_index`` (the physical
     index of each row in the file; ``None`` when every row of the file is live, each row's index
-    its position), ``num_records`` (the file's physical row count) and ``data`` (the file's
-    bytes when they were fetched whole: later reads decode them instead of reading again)."""
+    its position), ``num_records`` (the file's physical row count), ``data`` (the file's
+    bytes when they were fetched whole: later reads decode them instead of reading again) and
+    ``deleted`` (the rows the file's deletion vector deletes; ``None`` without one)."""
 
     file: AddFile
     rows: pa.Table
     row_index: np.ndarray | None
     num_records: int
     data: bytes | None = None
+    deleted: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
@@ -64,7 +66,7 @@ def read_target_rows(
         return TargetRows(file, raw, None, num_records, data)
     keep = deleted.mask(num_records, reader.file_uri(file))
     index = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
-    return TargetRows(file, raw.filter(keep), index.astype(np.int64), num_records, data)
+    return TargetRows(file, raw.filter(keep), index.astype(np.int64), num_records, data, deleted.indexes)
 
 
 def rows_with_columns(

@@ -1,0 +1,148 @@
+"""Reading the deletion vectors of many files: one request per DV file for a scan and for DML on
+a table with deletion vectors, the same rows as reading them one by one, Delta's errors, and a
+read-ahead that never travels with a pickled reader."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from replay import DeltaTable
+from replay.data import deletion_vector_reads
+from replay.data.deletion_vector_errors import CorruptDeletionVectorError, DeletionVectorNotFoundError
+from replay.data.deletion_vector_reads import read_deletion_vectors
+from replay.data.deletion_vectors import dv_file_path, read_deletion_vector
+from replay.data.reader import TableReader
+from tests.dml_cases import DV_CDF, ROWS, our_rows, rust_rows, twin_tables
+
+FILES_WITH_DVS = 6
+"""ROWS (13) in files of 2 rows, after a DELETE of half the rows: one file lost both its rows, the
+other six keep a deletion vector each, all in one DV file."""
+
+
+class _CountingFileSystem:
+    """A real filesystem whose ``cat_file`` calls are counted per path."""
+
+    def __init__(self, fs: Any, counts: Counter[str]) -> None:
+        self._fs = fs
+        self._counts = counts
+
+    def cat_file(self, path: str, *args: Any, **kwargs: Any) -> bytes:
+        self._counts[path.rsplit("/", 1)[-1]] += 1
+        return bytes(self._fs.cat_file(path, *args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+
+@pytest.fixture
+def dv_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Reads of DV files, by file name, through either way of reading them."""
+    counts: Counter[str] = Counter()
+    from replay.data import deletion_vectors
+
+    for module in (deletion_vector_reads, deletion_vectors):
+        real = module.open_filesystem
+
+        def counting(uri: str, conf: Any = None, real: Any = real) -> tuple[Any, str]:
+            fs, path = real(uri, conf)
+            return _CountingFileSystem(fs, counts), path
+
+        monkeypatch.setattr(module, "open_filesystem", counting)
+    yield counts
+
+
+def _dv_table(tmp_path: Path) -> tuple[str, str]:
+    """A DV table (ours and a copy) whose every file lost a row to one DELETE: one DV file."""
+    ours, rust = twin_tables(tmp_path, ROWS, configuration=DV_CDF, max_rows_per_file=2)
+    for uri in (ours, rust):
+        DeltaTable(uri).delete("id % 2 = 0 OR id IS NULL")
+    return ours, rust
+
+
+def _dv_files(uri: str) -> set[str]:
+    table = DeltaTable(uri)
+    return {
+        str(dv_file_path(f.deletion_vector, uri)).rsplit("/", 1)[-1]
+        for f in table.snapshot.files()
+        if f.deletion_vector is not None
+    }
+
+
+def test_a_scan_reads_each_dv_file_once(tmp_path: Path, dv_reads: Counter[str]) -> None:
+    ours, _ = _dv_table(tmp_path)
+    (dv_file,) = _dv_files(ours)
+    assert sum(f.deletion_vector is not None for f in DeltaTable(ours).snapshot.files()) == FILES_WITH_DVS
+    dv_reads.clear()
+    rows = our_rows(ours)
+    assert dv_reads == Counter({dv_file: 1})
+    assert rows == rust_rows(ours)
+    assert sorted(r["id"] for r in rows) == [1, 3, 5, 7, 9, 11]
+
+
+def test_dml_on_a_dv_table_reads_each_dv_file_once(tmp_path: Path, dv_reads: Counter[str]) -> None:
+    ours, rust = _dv_table(tmp_path)
+    (dv_file,) = _dv_files(ours)
+    dv_reads.clear()
+    metrics = DeltaTable(ours).delete("id > 4")
+    assert dv_reads == Counter({dv_file: 1})  # neither a request per file nor the writer's re-read
+    assert metrics["numDeletedRows"] == 4
+    DeltaTable(rust).delete("id > 4")
+    assert our_rows(ours) == rust_rows(ours) == our_rows(rust)
+    assert sorted(r["id"] for r in our_rows(ours)) == [1, 3]
+
+
+def test_dvs_too_far_apart_are_read_one_by_one(
+    tmp_path: Path, dv_reads: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, _ = _dv_table(tmp_path)
+    (dv_file,) = _dv_files(ours)
+    monkeypatch.setattr(deletion_vector_reads, "COALESCE_BYTES", 0)
+    dv_reads.clear()
+    assert our_rows(ours) == rust_rows(ours)
+    assert dv_reads == Counter({dv_file: FILES_WITH_DVS})
+
+
+def test_the_dvs_read_together_are_the_dvs_read_alone(tmp_path: Path) -> None:
+    ours, _ = _dv_table(tmp_path)
+    descriptors = [f.deletion_vector for f in DeltaTable(ours).snapshot.files() if f.deletion_vector]
+    together = read_deletion_vectors(descriptors, ours, None, threads=2)
+    assert len(together) == FILES_WITH_DVS
+    for descriptor in descriptors:
+        alone = read_deletion_vector(descriptor, ours)
+        assert np.array_equal(together[deletion_vector_reads.dv_key(descriptor)], alone)
+
+
+def test_a_missing_or_damaged_dv_file_is_named(tmp_path: Path) -> None:
+    ours, _ = _dv_table(tmp_path)
+    descriptors = [f.deletion_vector for f in DeltaTable(ours).snapshot.files() if f.deletion_vector]
+    path = Path(str(dv_file_path(descriptors[0], ours)))
+    data = bytearray(path.read_bytes())
+    last = descriptors[-1]
+    assert last.offset is not None
+    data[last.offset + 4] ^= 0xFF  # a bitmap byte of the last DV: its checksum no longer matches
+    path.write_bytes(bytes(data))
+    named = f"deletion vector in {path} at offset {last.offset}"
+    with pytest.raises(CorruptDeletionVectorError, match=named):
+        read_deletion_vectors(descriptors, ours, None, threads=2)
+    path.unlink()
+    with pytest.raises(DeletionVectorNotFoundError, match=f"Deletion vector file {path} does not exist"):
+        read_deletion_vectors(descriptors, ours, None, threads=2)
+
+
+def test_a_pickled_reader_leaves_its_read_ahead_behind(tmp_path: Path) -> None:
+    ours, _ = _dv_table(tmp_path)
+    snapshot = DeltaTable(ours).snapshot
+    reader = TableReader.for_metadata(ours, snapshot.metadata, snapshot.protocol)
+    files = snapshot.files()
+    reader.prefetch_deletion_vectors(files)
+    assert len(reader.dv_cache) == FILES_WITH_DVS
+    copy = pickle.loads(pickle.dumps(reader))
+    assert len(copy.dv_cache) == 0
+    assert copy.read_files(files).equals(reader.read_files(files))
