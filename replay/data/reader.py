@@ -19,15 +19,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstores import local_path
 from logstores.filesystem import uri_scheme
 from replay.data.columns import FieldFinder, arrow_field, conform_column
-from replay.data.deletion_vector_reads import DeletionVectorCache, RowFilter, read_deletion_vectors
+from replay.data.deletion_vector_reads import DeletionVectorCache, RowFilter, dv_key, read_deletion_vectors
 from replay.data.deletion_vectors import dv_location, read_deletion_vector
 from replay.data.dictionaries import (
     DECODE_ROWS,
@@ -51,9 +52,6 @@ from replay.protocol.actions import FileAction, Metadata, Protocol
 from replay.protocol.paths import resolve_path
 from replay.protocol.schema import StructField, StructType, arrow_type
 from replay.protocol.table_config import check_readable
-
-if TYPE_CHECKING:  # imported where a scan needs it: it costs memory that reading one file does not
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -119,24 +117,32 @@ class TableReader:
         """The URI of ``file``'s data file."""
         return resolve_path(self.table_path, file.path)
 
-    def deletion_filter(self, file: FileAction) -> RowFilter | None:
-        """The rows ``file``'s deletion vector drops, or ``None`` if it has none."""
+    def deletion_filter(
+        self, file: FileAction, known: Mapping[str, np.ndarray] | None = None
+    ) -> RowFilter | None:
+        """The rows ``file``'s deletion vector drops, or ``None`` if it has none (``known``: DVs
+        already read, by :func:`~replay.data.deletion_vector_reads.dv_key`)."""
         descriptor = getattr(file, "deletion_vector", None)
         if descriptor is None:
             return None
-        indexes = self.dv_cache.get(descriptor)
+        indexes = known.get(dv_key(descriptor)) if known else None
+        if indexes is None:
+            indexes = self.dv_cache.get(descriptor)
         if indexes is None:
             indexes = read_deletion_vector(descriptor, self.table_path, self.conf)
         return RowFilter(indexes, source=dv_location(descriptor, self.table_path))
 
-    def prefetch_deletion_vectors(self, files: Iterable[FileAction]) -> None:
-        """Read the deletion vectors of ``files`` now, with one request per DV file
-        (:func:`~replay.data.deletion_vector_reads.read_deletion_vectors`), for
-        :meth:`deletion_filter` to find."""
+    def read_deletion_vectors(self, files: Iterable[FileAction]) -> dict[str, np.ndarray]:
+        """The DVs of ``files`` not read ahead, with one request per DV file
+        (:func:`~replay.data.deletion_vector_reads.read_deletion_vectors`), by ``dv_key``."""
         wanted = [d for f in files if (d := getattr(f, "deletion_vector", None)) is not None]
         missing = self.dv_cache.missing(wanted)
-        if missing:
-            self.dv_cache.update(read_deletion_vectors(missing, self.table_path, self.conf, self.concurrency))
+        return read_deletion_vectors(missing, self.table_path, self.conf, self.concurrency) if missing else {}
+
+    def prefetch_deletion_vectors(self, files: Iterable[FileAction]) -> None:
+        """Read the DVs of ``files`` now (:meth:`read_deletion_vectors`) and keep them for
+        :meth:`deletion_filter`, for as long as this reader lives (one operation's reader)."""
+        self.dv_cache.update(self.read_deletion_vectors(files))
 
     def read_file(
         self,
@@ -424,13 +430,13 @@ class TableReader:
         )
         tables = dict(zip(whole, found, strict=True))
         rest = [i for i in range(len(files)) if i not in tables]
-        self.prefetch_deletion_vectors(files[i] for i in rest)
-        read = map_concurrently(
-            lambda i: self.read_file(files[i], columns, ignore_missing=ignore_missing),
-            rest,
-            Work.DATA,
-            workers,
-        )
+        known = self.read_deletion_vectors(files[i] for i in rest)  # one request per DV file
+
+        def read_one(i: int) -> pa.Table:
+            row_filter = self.deletion_filter(files[i], known)
+            return self.read_file(files[i], columns, row_filter=row_filter, ignore_missing=ignore_missing)
+
+        read = map_concurrently(read_one, rest, Work.DATA, workers)
         tables.update(zip(rest, read, strict=True))
         if not tables:
             return self._empty(self.read_fields(columns), ())
