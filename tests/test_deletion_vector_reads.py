@@ -19,7 +19,7 @@ from replay.data.deletion_vector_errors import CorruptDeletionVectorError, Delet
 from replay.data.deletion_vector_reads import read_deletion_vectors
 from replay.data.deletion_vectors import dv_file_path, read_deletion_vector
 from replay.data.reader import TableReader
-from tests.dml_cases import DV_CDF, ROWS, our_rows, rust_rows, twin_tables
+from tests.dml_cases import DV_CDF, ROWS, our_changes, our_rows, rust_changes, rust_rows, twin_tables
 
 FILES_WITH_DVS = 6
 """ROWS (13) in files of 2 rows, after a DELETE of half the rows: one file lost both its rows, the
@@ -96,6 +96,22 @@ def test_dml_on_a_dv_table_reads_each_dv_file_once(tmp_path: Path, dv_reads: Cou
     DeltaTable(rust).delete("id > 4")
     assert our_rows(ours) == rust_rows(ours) == our_rows(rust)
     assert sorted(r["id"] for r in our_rows(ours)) == [1, 3]
+
+
+def test_the_change_feed_reads_each_dv_file_once(tmp_path: Path, dv_reads: Counter[str]) -> None:
+    ours, rust = twin_tables(tmp_path, ROWS, configuration=DV_CDF, max_rows_per_file=4)
+    for uri in (ours, rust):
+        DeltaTable(uri).delete("id % 2 = 0 OR id IS NULL")
+    first = _dv_files(ours)
+    for uri in (ours, rust):
+        DeltaTable(uri).delete("id = 5 OR id = 9")  # new DVs on top of the first, in a file of their own
+    both = _dv_files(ours) | first
+    assert len(both) == 2
+    dv_reads.clear()
+    changes = our_changes(ours, 1)
+    assert dv_reads == Counter(dict.fromkeys(both, 1))
+    assert changes == rust_changes(rust, 1) == rust_changes(ours, 1)
+    assert sorted(c["id"] for c in changes if c["_commit_version"] == 2) == [5, 9]
 
 
 def test_dvs_too_far_apart_are_read_one_by_one(

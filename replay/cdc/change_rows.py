@@ -9,18 +9,19 @@ concurrently), sharing their constant CDC columns (:class:`ConstantColumns`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from replay.cdc.change_actions import CDC_COLUMNS, ChangeRead
-from replay.data.deletion_vector_reads import RowFilter
+from replay.data.deletion_vector_reads import RowFilter, dv_key, read_deletion_vectors
 from replay.data.deletion_vectors import dv_location, read_deletion_vector
 from replay.data.partition_values import constant_array
 from replay.data.reader import TableReader
 from replay.log.concurrency import Work, gc_paused, map_concurrently
+from replay.protocol.actions import DeletionVectorDescriptor
 
 
 def change_schema(reader: TableReader, columns: Sequence[str] | None = None) -> pa.Schema:
@@ -63,14 +64,25 @@ def read_change(
     *,
     ignore_missing: bool = False,
     constants: ConstantColumns | None = None,
+    known: Mapping[str, np.ndarray] | None = None,
 ) -> pa.Table:
-    """The change rows of one :class:`ChangeRead` (``constants``: see :func:`with_change_columns`)."""
-    row_filter: RowFilter | bool | None = True
-    if read.keep_dv is not None:
-        keep = read_deletion_vector(read.keep_dv, reader.table_path, reader.conf)
+    """The change rows of one :class:`ChangeRead` (``constants``: see :func:`with_change_columns`;
+    ``known``: deletion vectors already read, by :func:`~replay.data.deletion_vector_reads.dv_key`)."""
+
+    def rows_of(descriptor: DeletionVectorDescriptor) -> np.ndarray:
+        found = known.get(dv_key(descriptor)) if known else None
+        if found is None:
+            found = read_deletion_vector(descriptor, reader.table_path, reader.conf)
+        return found
+
+    row_filter: RowFilter | bool | None
+    if read.keep_dv is None:  # the file's rows as its own deletion vector leaves them
+        row_filter = True if known is None else reader.deletion_filter(read.file, known)
+    else:
+        keep = rows_of(read.keep_dv)
         source = dv_location(read.keep_dv, reader.table_path)
         if read.minus_dv is not None:
-            minus = read_deletion_vector(read.minus_dv, reader.table_path, reader.conf)
+            minus = rows_of(read.minus_dv)
             keep = np.setdiff1d(keep, minus, assume_unique=True)
             source += f" (without the rows of {dv_location(read.minus_dv, reader.table_path)})"
         row_filter = RowFilter(keep, keep=True, source=source)
@@ -134,9 +146,11 @@ def read_changes(
         )
         tables.update(zip(whole, found, strict=True))
         rest = [i for i in range(len(reads)) if i not in tables]
+        wanted = [dv for i in rest for dv in _deletion_vectors(reads[i])]  # one request per DV file
+        known = read_deletion_vectors(wanted, reader.table_path, reader.conf, workers)
         found = map_concurrently(
             lambda i: read_change(
-                reader, reads[i], columns, ignore_missing=ignore_missing, constants=constants
+                reader, reads[i], columns, ignore_missing=ignore_missing, constants=constants, known=known
             ),
             rest,
             Work.DATA,
@@ -151,3 +165,11 @@ def read_changes(
 
 def _deletion_vector(read: ChangeRead) -> object:
     return getattr(read.file, "deletion_vector", None)
+
+
+def _deletion_vectors(read: ChangeRead) -> list[DeletionVectorDescriptor]:
+    """The DVs :func:`read_change` reads for ``read``: the ones naming its rows, else its file's."""
+    if read.keep_dv is not None:
+        return [dv for dv in (read.keep_dv, read.minus_dv) if dv is not None]
+    own = getattr(read.file, "deletion_vector", None)
+    return [own] if own is not None else []
