@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from replay.cdc.change_actions import CDC_COLUMNS, ChangeRead
-from replay.data.deletion_vector_reads import RowFilter, dv_key, read_deletion_vectors
-from replay.data.deletion_vectors import dv_location, read_deletion_vector
+from replay.data.deletion_vector_reads import RowFilter, read_deletion_vectors
+from replay.data.deletion_vectors import dv_location
 from replay.data.partition_values import constant_array
 from replay.data.reader import TableReader
 from replay.log.concurrency import Work, gc_paused, map_concurrently
@@ -69,20 +69,14 @@ def read_change(
     """The change rows of one :class:`ChangeRead` (``constants``: see :func:`with_change_columns`;
     ``known``: deletion vectors already read, by :func:`~replay.data.deletion_vector_reads.dv_key`)."""
 
-    def rows_of(descriptor: DeletionVectorDescriptor) -> np.ndarray:
-        found = known.get(dv_key(descriptor)) if known else None
-        if found is None:
-            found = read_deletion_vector(descriptor, reader.table_path, reader.conf)
-        return found
-
     row_filter: RowFilter | bool | None
     if read.keep_dv is None:  # the file's rows as its own deletion vector leaves them
         row_filter = True if known is None else reader.deletion_filter(read.file, known)
     else:
-        keep = rows_of(read.keep_dv)
+        keep = reader.deletion_vector_rows(read.keep_dv, known)
         source = dv_location(read.keep_dv, reader.table_path)
         if read.minus_dv is not None:
-            minus = rows_of(read.minus_dv)
+            minus = reader.deletion_vector_rows(read.minus_dv, known)
             keep = np.setdiff1d(keep, minus, assume_unique=True)
             source += f" (without the rows of {dv_location(read.minus_dv, reader.table_path)})"
         row_filter = RowFilter(keep, keep=True, source=source)
@@ -171,5 +165,5 @@ def _deletion_vectors(read: ChangeRead) -> list[DeletionVectorDescriptor]:
     """The DVs :func:`read_change` reads for ``read``: the ones naming its rows, else its file's."""
     if read.keep_dv is not None:
         return [dv for dv in (read.keep_dv, read.minus_dv) if dv is not None]
-    own = getattr(read.file, "deletion_vector", None)
-    return [own] if own is not None else []
+    own = _deletion_vector(read)
+    return [own] if isinstance(own, DeletionVectorDescriptor) else []

@@ -29,14 +29,15 @@ from replay.data.deletion_vectors import (
     check_row_indexes,
     decode_inline,
     dv_file_path,
+    frame_range,
     parse_framed,
+    read_deletion_vector,
 )
 from replay.log.concurrency import Work, map_concurrently
 from replay.protocol.paths import dv_unique_id
 
 COALESCE_BYTES = 8 * 1024 * 1024
 """The largest byte range of one DV file read with one request for the DVs inside it."""
-_FRAME_OVERHEAD = 8  # the size before a DV's bitmap and the checksum after it
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def read_deletion_vectors(
             by_file.setdefault(path, {})[key] = descriptor
 
     def read(item: tuple[str, dict[str, DeletionVectorDescriptorLike]]) -> dict[str, np.ndarray]:
-        return _read_file(item[0], item[1], conf)
+        return _read_file(item[0], item[1], table_path, conf)
 
     for values in map_concurrently(read, list(by_file.items()), Work.DATA, threads):
         found.update(values)
@@ -96,27 +97,27 @@ def read_deletion_vectors(
 
 
 def _read_file(
-    path: str, wanted: Mapping[str, DeletionVectorDescriptorLike], conf: Mapping[str, str] | None
+    path: str,
+    wanted: Mapping[str, DeletionVectorDescriptorLike],
+    table_path: str,
+    conf: Mapping[str, str] | None,
 ) -> dict[str, np.ndarray]:
-    """The DVs ``wanted`` of the DV file at ``path``."""
-    ranges = {key: _frame_range(descriptor) for key, descriptor in wanted.items()}
+    """The DVs ``wanted`` of the DV file at ``path`` (one request, or one per DV when there is one
+    or they are far apart)."""
+    ranges = {key: frame_range(descriptor) for key, descriptor in wanted.items()}
     low = min(start for start, _ in ranges.values())
     high = max(end for _, end in ranges.values())
+    if len(wanted) == 1 or high - low > COALESCE_BYTES:
+        return {key: read_deletion_vector(descriptor, table_path, conf) for key, descriptor in wanted.items()}
     fs, fs_path = open_filesystem(path, conf)
     try:
-        if len(wanted) > 1 and high - low <= COALESCE_BYTES:
-            data = fs.cat_file(fs_path, start=low, end=high)
-            frames = {key: data[start - low : end - low] for key, (start, end) in ranges.items()}
-        else:
-            frames = {key: fs.cat_file(fs_path, start=start, end=end) for key, (start, end) in ranges.items()}
+        data = fs.cat_file(fs_path, start=low, end=high)
     except FileNotFoundError:
         raise DeletionVectorNotFoundError(f"Deletion vector file {path} does not exist") from None
-    return {key: parse_framed(frames[key], wanted[key], path) for key in wanted}
-
-
-def _frame_range(descriptor: DeletionVectorDescriptorLike) -> tuple[int, int]:
-    start = descriptor.offset if descriptor.offset is not None else 1
-    return start, start + descriptor.size_in_bytes + _FRAME_OVERHEAD
+    return {
+        key: parse_framed(data[start - low : end - low], wanted[key], path)
+        for key, (start, end) in ranges.items()
+    }
 
 
 class DeletionVectorCache:

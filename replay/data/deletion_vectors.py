@@ -216,6 +216,12 @@ def frame_for_file(bitmap: bytes) -> bytes:
 
 
 # -- reading --------------------------------------------------------------------------------
+def frame_range(descriptor: DeletionVectorDescriptorLike) -> tuple[int, int]:
+    """The bytes ``[start, end)`` of a stored DV's frame in its file (size, bitmap, checksum)."""
+    start = descriptor.offset if descriptor.offset is not None else 1
+    return start, start + descriptor.size_in_bytes + 8
+
+
 def decode_inline(descriptor: DeletionVectorDescriptorLike) -> np.ndarray:
     """Row indexes of an inline (``"i"``) DV."""
     data = z85_decode_bytes(descriptor.path_or_inline_dv, descriptor.size_in_bytes)
@@ -274,9 +280,9 @@ def read_deletion_vector(
     path = dv_file_path(descriptor, table_path)
     assert path is not None
     fs, fs_path = open_filesystem(path, conf)
-    start = descriptor.offset if descriptor.offset is not None else 1
+    start, end = frame_range(descriptor)
     try:
-        frame = fs.cat_file(fs_path, start=start, end=start + descriptor.size_in_bytes + 8)
+        frame = fs.cat_file(fs_path, start=start, end=end)
     except FileNotFoundError:
         raise DeletionVectorNotFoundError(f"Deletion vector file {path} does not exist") from None
     return parse_framed(frame, descriptor, path)

@@ -29,7 +29,7 @@ from logstores import local_path
 from logstores.filesystem import uri_scheme
 from replay.data.columns import FieldFinder, arrow_field, conform_column
 from replay.data.deletion_vector_reads import DeletionVectorCache, RowFilter, dv_key, read_deletion_vectors
-from replay.data.deletion_vectors import dv_location, read_deletion_vector
+from replay.data.deletion_vectors import DeletionVectorDescriptorLike, dv_location, read_deletion_vector
 from replay.data.dictionaries import (
     DECODE_ROWS,
     decode_dictionary,
@@ -120,17 +120,24 @@ class TableReader:
     def deletion_filter(
         self, file: FileAction, known: Mapping[str, np.ndarray] | None = None
     ) -> RowFilter | None:
-        """The rows ``file``'s deletion vector drops, or ``None`` if it has none (``known``: DVs
-        already read, by :func:`~replay.data.deletion_vector_reads.dv_key`)."""
+        """The rows ``file``'s deletion vector drops (:meth:`deletion_vector_rows`), or ``None``."""
         descriptor = getattr(file, "deletion_vector", None)
         if descriptor is None:
             return None
+        indexes = self.deletion_vector_rows(descriptor, known)
+        return RowFilter(indexes, source=dv_location(descriptor, self.table_path))
+
+    def deletion_vector_rows(
+        self, descriptor: DeletionVectorDescriptorLike, known: Mapping[str, np.ndarray] | None = None
+    ) -> np.ndarray:
+        """The rows ``descriptor`` deletes: from ``known`` (by ``dv_key``), from what this reader
+        read ahead, else read now."""
         indexes = known.get(dv_key(descriptor)) if known else None
         if indexes is None:
             indexes = self.dv_cache.get(descriptor)
         if indexes is None:
             indexes = read_deletion_vector(descriptor, self.table_path, self.conf)
-        return RowFilter(indexes, source=dv_location(descriptor, self.table_path))
+        return indexes
 
     def read_deletion_vectors(self, files: Iterable[FileAction]) -> dict[str, np.ndarray]:
         """The DVs of ``files`` not read ahead, with one request per DV file
