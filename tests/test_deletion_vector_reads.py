@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from replay import DeltaTable
@@ -112,6 +113,68 @@ def test_the_change_feed_reads_each_dv_file_once(tmp_path: Path, dv_reads: Count
     assert dv_reads == Counter(dict.fromkeys(both, 1))
     assert changes == rust_changes(rust, 1) == rust_changes(ours, 1)
     assert sorted(c["id"] for c in changes if c["_commit_version"] == 2) == [5, 9]
+
+
+def test_a_spark_task_reads_each_dv_file_once(tmp_path: Path, dv_reads: Counter[str]) -> None:
+    """A Spark task's files (a scan, a change feed, the target of Spark DML) share few DV files:
+    the task reads each once, where it read one for every file."""
+    from replay.cdc import ChangeRead, plan_changes
+    from replay.delta_log import DeltaLog
+    from replay.spark.partitions import FilesPartition, record_batches
+    from replay.spark.row_ids import row_id_batches, scan_schema
+    from replay.spark.schema import spark_schema
+
+    ours, rust = twin_tables(tmp_path, ROWS, configuration=DV_CDF, max_rows_per_file=4)
+    for uri in (ours, rust):
+        DeltaTable(uri).delete("id % 2 = 0 OR id IS NULL")
+        DeltaTable(uri).delete("id = 5 OR id = 9")  # new DVs on top of the first, in a file of their own
+    latest = _dv_files(ours)
+    snapshot = DeltaTable(ours).snapshot
+    assert sum(f.deletion_vector is not None for f in snapshot.files()) > len(latest)
+    reader = TableReader.for_metadata(ours, snapshot.metadata, snapshot.protocol)
+    files = snapshot.files()
+    reads = [ChangeRead(add, None, snapshot.version, 0) for add in files]
+    schema = spark_schema(snapshot.metadata.schema_string, change_feed=False)
+
+    def ids(batches: Iterator[pa.RecordBatch], column: str = "id") -> list[int]:
+        return sorted(i for batch in batches for i in batch.column(column).to_pylist())
+
+    dv_reads.clear()
+    assert ids(record_batches(reader, FilesPartition(reads), False, schema)) == [1, 3, 7, 11]
+    assert dv_reads == Counter(dict.fromkeys(latest, 1))
+
+    dv_reads.clear()
+    paths = [add.path for add in files]
+    with_ids = scan_schema(schema, ["id"], row_ids=True)
+    fresh = TableReader.for_metadata(ours, snapshot.metadata, snapshot.protocol)
+    assert ids(row_id_batches(fresh, FilesPartition(reads), with_ids, paths)) == [1, 3, 7, 11]
+    assert dv_reads == Counter(dict.fromkeys(latest, 1))
+
+    plan = plan_changes(DeltaLog.for_table(ours), 1, snapshot.version)
+    dv_reads.clear()
+    changes = pa.Table.from_batches(
+        record_batches(
+            plan.reader(None),
+            FilesPartition(plan.reads),
+            True,
+            spark_schema(snapshot.metadata.schema_string, change_feed=True),
+        )
+    )
+    assert dv_reads == Counter(dict.fromkeys(latest | _first_dv_files(ours), 1))
+    expected = rust_changes(rust, 1)
+    assert sorted(changes.select(["id", "_change_type", "_commit_version"]).to_pylist(), key=repr) == sorted(
+        ({k: c[k] for k in ("id", "_change_type", "_commit_version")} for c in expected), key=repr
+    )
+
+
+def _first_dv_files(uri: str) -> set[str]:
+    """The DV files of version 1 of ``uri``."""
+    table = DeltaTable(uri, version=1)
+    return {
+        str(dv_file_path(f.deletion_vector, uri)).rsplit("/", 1)[-1]
+        for f in table.snapshot.files()
+        if f.deletion_vector is not None
+    }
 
 
 def test_dvs_too_far_apart_are_read_one_by_one(

@@ -4,6 +4,8 @@ A :class:`~replay.cdc.change_actions.ChangeRead` names a file, the rows of it th
 deletion vectors) and the change type, version and commit time to stamp on them;
 :func:`read_change` reads one, :func:`read_changes` many (whole files scanned together, the others
 concurrently), sharing their constant CDC columns (:class:`ConstantColumns`).
+:func:`change_deletion_vectors` reads the deletion vectors of many reads with one request per DV
+file, for :func:`read_change` to use.
 """
 
 from __future__ import annotations
@@ -140,8 +142,7 @@ def read_changes(
         )
         tables.update(zip(whole, found, strict=True))
         rest = [i for i in range(len(reads)) if i not in tables]
-        wanted = [dv for i in rest for dv in _deletion_vectors(reads[i])]  # one request per DV file
-        known = read_deletion_vectors(wanted, reader.table_path, reader.conf, workers)
+        known = change_deletion_vectors(reader, [reads[i] for i in rest], workers)
         found = map_concurrently(
             lambda i: read_change(
                 reader, reads[i], columns, ignore_missing=ignore_missing, constants=constants, known=known
@@ -155,6 +156,18 @@ def read_changes(
         return schema.empty_table()
     ordered = (tables[i] for i in range(len(reads)))
     return pa.concat_tables([table if table.schema == schema else table.cast(schema) for table in ordered])
+
+
+def change_deletion_vectors(
+    reader: TableReader, reads: Sequence[ChangeRead], max_workers: int | None = None
+) -> dict[str, np.ndarray]:
+    """The deletion vectors :func:`read_change` reads for ``reads`` (the ones naming a read's rows,
+    else its file's own), read with one request per DV file, by
+    :func:`~replay.data.deletion_vector_reads.dv_key`: pass them as its ``known``."""
+    wanted = [dv for read in reads for dv in _deletion_vectors(read)]
+    if not wanted:
+        return {}
+    return read_deletion_vectors(wanted, reader.table_path, reader.conf, max_workers or reader.concurrency)
 
 
 def _deletion_vector(read: ChangeRead) -> object:

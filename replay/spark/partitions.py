@@ -3,7 +3,8 @@
 Batch reads (:mod:`replay.spark.batch_reader`) and micro-batches of streams
 (:mod:`replay.spark.stream_reader`) plan their file reads as :class:`~replay.cdc.ChangeRead`
 values; :func:`split_reads` groups them into :class:`FilesPartition` tasks and
-:func:`record_batches` reads one task's files in the query's schema.
+:func:`record_batches` reads one task's files in the query's schema, the deletion vectors of all
+of them first, with one request per DV file (a task's files share few DV files, often one).
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from replay.cdc import CDC_COMMIT_TIMESTAMP, CDC_COMMIT_VERSION, CDC_TYPE_COLUMN, ChangeRead, read_change
+from replay.cdc import (
+    CDC_COMMIT_TIMESTAMP,
+    CDC_COMMIT_VERSION,
+    CDC_TYPE_COLUMN,
+    ChangeRead,
+    change_deletion_vectors,
+    read_change,
+)
 from replay.data import TableReader
 from replay.spark.schema import arrow_schema
 
@@ -63,8 +71,13 @@ def record_batches(
     target = arrow_schema(schema)
     cdc_columns = {CDC_TYPE_COLUMN, CDC_COMMIT_VERSION, CDC_COMMIT_TIMESTAMP} if change_feed else set()
     columns = [name for name in schema.fieldNames() if name not in cdc_columns]
+    known = change_deletion_vectors(reader, partition.reads)
     for read in partition.reads:
-        table = read_change(reader, read, columns) if change_feed else reader.read_file(read.file, columns)
+        if change_feed:
+            table = read_change(reader, read, columns, known=known)
+        else:
+            row_filter = reader.deletion_filter(read.file, known)
+            table = reader.read_file(read.file, columns, row_filter=row_filter)
         if table.num_rows == 0:
             continue
         yield from table.cast(target).to_batches()

@@ -81,6 +81,7 @@ def row_id_batches(
     ids = {path: position for position, path in enumerate(files)}
     target = arrow_schema(schema)
     columns = [name for name in schema.fieldNames() if name not in (FILE_COLUMN, ROW_COLUMN)]
+    reader.prefetch_deletion_vectors(read.file for read in partition.reads)  # one request per DV file
     for read in partition.reads:
         if not isinstance(read.file, AddFile):  # snapshot reads only: the options refuse change feeds
             raise TypeError(f"row ids are read from data files, not from {type(read.file).__name__}")
