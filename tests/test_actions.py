@@ -321,3 +321,22 @@ def test_map_columns_convert_as_pyarrow_converts_them(first: list, second: list,
         string_map,
     )
     assert map_dicts(column) == column.to_pylist(maps_as_pydicts="lossy")
+
+
+@pytest.mark.parametrize(
+    ("schema_string", "message"),
+    [
+        (None, "has no schemaString"),
+        ("{not json", "schemaString of table t1 is invalid"),
+        ('{"type": "struct", "fields": [{"name": "a"}]}', "schemaString of table t1 is invalid"),
+        ('"integer"', "must be a struct"),
+    ],
+)
+def test_a_table_schema_that_cannot_be_read_is_a_typed_error(schema_string: str | None, message: str) -> None:
+    from replay import DeltaError, InvalidTableSchemaError
+
+    metadata = Metadata(id="t1", schema_string=schema_string)
+    with pytest.raises(InvalidTableSchemaError, match=message) as raised:
+        _ = metadata.schema
+    assert isinstance(raised.value, DeltaError) and isinstance(raised.value, ValueError)
+    assert "t1" in str(raised.value).splitlines()[0]

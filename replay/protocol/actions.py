@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Self
 import orjson
 import pyarrow as pa
 
+from replay.protocol.errors import InvalidTableSchemaError
 from replay.protocol.naming import camel_case
 from replay.protocol.paths import FileKey, dv_unique_id, normalize_path_key
 from replay.protocol.schema import StructType, parse_schema
@@ -171,10 +172,14 @@ class Metadata(_Action):
 
     @cached_property
     def schema(self) -> StructType:
-        """The parsed ``schemaString``. Raises :class:`ValueError` if there is none or it is invalid."""
+        """The parsed ``schemaString``. Raises :class:`InvalidTableSchemaError` (a ``ValueError``)
+        if there is none or it is not a Delta schema."""
         if self.schema_string is None:
-            raise ValueError(f"metadata of table {self.id} has no schemaString")
-        return parse_schema(self.schema_string)
+            raise InvalidTableSchemaError(f"The metaData of table {self.id} has no schemaString")
+        try:
+            return parse_schema(self.schema_string)
+        except ValueError as exc:
+            raise InvalidTableSchemaError(f"The schemaString of table {self.id} is invalid: {exc}") from None
 
     @property
     def arrow_schema(self) -> pa.Schema:

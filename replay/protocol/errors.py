@@ -108,6 +108,10 @@ class MissingProtocolOrMetadataError(DeltaError):
         self.missing = missing
 
 
+class InvalidTableSchemaError(DeltaError, ValueError):
+    """A table's ``metaData`` has no ``schemaString``, or one that is not a Delta schema."""
+
+
 class UnsupportedTableFeatureError(DeltaError):
     """The table needs a reader version or reader features this library does not implement."""
 
