@@ -1,9 +1,12 @@
-"""DELETE and UPDATE on a copy of every golden table: tables written by Spark, delta-rs and
-kernel-rs, with checkpoints, partitions, deletion vectors, constraints and every column type.
+"""DELETE, UPDATE, MERGE and OPTIMIZE on a copy of every golden table: tables written by Spark,
+delta-rs and kernel-rs, with checkpoints, partitions, deletion vectors, constraints and every
+column type.
 
 On each table one value of its first integer or string column is picked from the rows read before
-the change; the operation's result is checked against the same change applied to those rows in
-Arrow, read back by us and by delta-rs (where delta-rs reads the table at all). A table this
+the change. DELETE removes the rows with that value, UPDATE changes it, MERGE upserts two rows
+(one with that value, updated; one with a new value, inserted with every other column of a row of
+the table) and OPTIMIZE compacts. The result is checked against the same change applied to the
+rows in Arrow, read back by us and by delta-rs (where delta-rs reads the table at all). A table this
 library may not change (a writer feature it does not support, a row that breaks a constraint) must
 refuse with a typed error and be left without a new version. Tables that cannot be read (the
 golden set's broken logs) are skipped: the read tests cover them.
@@ -12,8 +15,9 @@ golden set's broken logs) are skipped: the read tests cover them.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,7 +34,9 @@ TABLES = sorted(str(p.parent.relative_to(GOLDEN)) for p in GOLDEN.glob("*/*/delt
 REFUSALS = (UnsupportedTableFeatureError, InvariantViolationError)
 """What a change the table does not allow raises: nothing is committed."""
 
-Change = Callable[[DeltaTable, str, str], dict[str, object]]
+Change = Callable[[DeltaTable], Mapping[str, Any]]
+COUNTED = {"delete": "numDeletedRows", "update": "numUpdatedRows", "merge": "numTargetRowsUpdated"}
+"""The metric that counts the rows an operation deleted or updated."""
 
 
 def _literal(value: object) -> str:
@@ -52,16 +58,57 @@ def _picked(rows: pa.Table) -> tuple[pa.Field, object] | None:
     return None
 
 
-def _delete(table: DeltaTable, column: str, value: str) -> dict[str, object]:
-    return table.delete(f"`{column}` = {value}")
+def _change(operation: str, rows: pa.Table, field: pa.Field, value: object) -> Change:
+    """The operation on the picked column and value, as a function of the table."""
+    column = f"`{field.name}`"
+    condition = f"{column} = {_literal(value)}"
+
+    def assigned(name: str) -> str:
+        return f"{name} + 1" if pa.types.is_integer(field.type) else f"concat({name}, '!')"
+
+    def delete(table: DeltaTable) -> Mapping[str, Any]:
+        return table.delete(condition)
+
+    def update(table: DeltaTable) -> Mapping[str, Any]:
+        return table.update({field.name: assigned(column)}, predicate=condition)
+
+    def merge(table: DeltaTable) -> Mapping[str, Any]:
+        source = _merge_source(rows, field, value)
+        return (
+            table.merge(source, f"t.{column} = s.{column}", source_alias="s", target_alias="t")
+            .when_matched_update({field.name: assigned(f"s.{column}")})
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    def optimize(table: DeltaTable) -> Mapping[str, Any]:
+        return table.optimize.compact()
+
+    return {"delete": delete, "update": update, "merge": merge, "optimize": optimize}[operation]
 
 
-def _update(table: DeltaTable, column: str, value: str) -> dict[str, object]:
-    return table.update({column: f"`{column}` + 1"}, predicate=f"`{column}` = {value}")
+def _changed(column: pa.ChunkedArray | pa.Array, data_type: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    """What UPDATE and MERGE set the picked column to: ``+ 1``, or ``'!'`` appended."""
+    if pa.types.is_integer(data_type):
+        return pc.add(column, pa.scalar(1, data_type))
+    return pc.binary_join_element_wise(column, pa.scalar("!"), "")
 
 
-def _update_string(table: DeltaTable, column: str, value: str) -> dict[str, object]:
-    return table.update({column: f"concat(`{column}`, '!')"}, predicate=f"`{column}` = {value}")
+def _new_key(rows: pa.Table, field: pa.Field) -> object:
+    """A value of the picked column that no row has."""
+    values = [v for v in rows.column(field.name).to_pylist() if v is not None]
+    if pa.types.is_string(field.type):
+        return max(values) + "#new"
+    top = max(values)
+    return top + 1 if top < 2 ** (field.type.bit_width - 1) - 1 else min(values) - 1
+
+
+def _merge_source(rows: pa.Table, field: pa.Field, value: object) -> pa.Table:
+    """Two rows of the table: one with the picked value, one with a new value."""
+    first = pc.index(rows.column(field.name), pa.scalar(value, field.type)).as_py()
+    keys = pa.array([value, _new_key(rows, field)], field.type)
+    source = rows.take([first, first])
+    return source.set_column(source.schema.get_field_index(field.name), field, keys)
 
 
 def _expected(rows: pa.Table, field: pa.Field, value: object, operation: str) -> tuple[pa.Table, int]:
@@ -69,17 +116,19 @@ def _expected(rows: pa.Table, field: pa.Field, value: object, operation: str) ->
     column = rows.column(field.name)
     matched = pc.fill_null(pc.equal(column, pa.scalar(value, field.type)), False)
     count = pc.sum(matched.cast(pa.int64())).as_py() or 0
+    if operation == "optimize":
+        return rows, 0
     if operation == "delete":
         return rows.filter(pc.invert(matched)), count
-    if pa.types.is_integer(field.type):
-        changed = pc.add(column, pa.scalar(1, field.type))
-    else:
-        changed = pc.binary_join_element_wise(column, pa.scalar("!"), "")
-    new = pc.if_else(matched, changed, column)
-    return rows.set_column(rows.schema.get_field_index(field.name), field.name, new), count
+    new = pc.if_else(matched, _changed(column, field.type), column)
+    updated = rows.set_column(rows.schema.get_field_index(field.name), field.name, new)
+    if operation == "update":
+        return updated, count
+    inserted = _merge_source(rows, field, value).slice(1)
+    return pa.concat_tables([updated, inserted.cast(updated.schema)]), count
 
 
-@pytest.mark.parametrize("operation", ["delete", "update"])
+@pytest.mark.parametrize("operation", ["delete", "update", "merge", "optimize"])
 @pytest.mark.parametrize("name", TABLES)
 def test_a_change_to_a_golden_table(name: str, operation: str, tmp_path: Path) -> None:
     uri = str(shutil.copytree(GOLDEN / name / "delta", tmp_path / "table"))
@@ -97,25 +146,30 @@ def test_a_change_to_a_golden_table(name: str, operation: str, tmp_path: Path) -
         rust_reads = True
     except (RustDeltaError, RustProtocolError):
         rust_reads = False  # a feature delta-rs does not read
-    change: Change = _delete if operation == "delete" else _update
-    if operation == "update" and pa.types.is_string(field.type):
-        change = _update_string
+    change = _change(operation, before, field, value)
     version = table.version()
     row_counts = all(f.stats is not None and '"numRecords"' in f.stats for f in table.snapshot.files())
     try:
-        metrics = change(table, field.name, _literal(value))
+        metrics = change(table)
     except REFUSALS as exc:
         assert exc.args and str(exc).splitlines()[0]
         assert DeltaTable(uri).version() == version
         assert _rows(DeltaTable(uri).to_pyarrow_table()) == _rows(before)
         return
     expected, count = _expected(before, field, value, operation)
-    assert count > 0
-    counted = "numDeletedRows" if operation == "delete" else "numUpdatedRows"
-    # a DELETE that drops whole files counts their rows from statistics; without them Delta
-    # leaves the count out
-    assert metrics.get(counted, count if not row_counts else None) == count
-    assert DeltaTable(uri).version() == version + 1
+    if operation == "optimize":
+        assert metrics["numFilesAdded"] <= metrics["numFilesRemoved"]
+        assert DeltaTable(uri).version() == version + (1 if metrics["numFilesRemoved"] else 0)
+    else:
+        assert count > 0
+        counted = {"delete": "numDeletedRows", "update": "numUpdatedRows"}.get(
+            operation, "numTargetRowsUpdated"
+        )
+        # a DELETE that drops whole files counts their rows from statistics; without them Delta
+        # leaves the count out
+        assert metrics.get(counted, count if not row_counts else None) == count
+        assert operation != "merge" or metrics["numTargetRowsInserted"] == 1
+        assert DeltaTable(uri).version() == version + 1
     after = DeltaTable(uri).to_pyarrow_table()
     assert _rows(after) == _rows(expected.select(after.column_names))
     if rust_reads:
