@@ -5,7 +5,8 @@ column type.
 On each table one value of its first integer or string column is picked from the rows read before
 the change. DELETE removes the rows with that value, UPDATE changes it, MERGE upserts two rows
 (one with that value, updated; one with a new value, inserted with every other column of a row of
-the table) and OPTIMIZE compacts. The result is checked against the same change applied to the
+the table) and OPTIMIZE compacts; each on the table as it is and with deletion vectors turned on
+first (then no unchanged row may be copied). The result is checked against the same change applied to the
 rows in Arrow, read back by us and by delta-rs (where delta-rs reads the table at all). A table this
 library may not change (a writer feature it does not support, a row that breaks a constraint) must
 refuse with a typed error and be left without a new version. Tables that cannot be read (the
@@ -14,6 +15,7 @@ golden set's broken logs) are skipped: the read tests cover them.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,6 +39,8 @@ REFUSALS = (UnsupportedTableFeatureError, InvariantViolationError)
 Change = Callable[[DeltaTable], Mapping[str, Any]]
 COUNTED = {"delete": "numDeletedRows", "update": "numUpdatedRows", "merge": "numTargetRowsUpdated"}
 """The metric that counts the rows an operation deleted or updated."""
+COPIED = {"delete": "numCopiedRows", "update": "numCopiedRows", "merge": "numTargetRowsCopied"}
+DV_PROPERTY = "delta.enableDeletionVectors"
 
 
 def _literal(value: object) -> str:
@@ -128,24 +132,45 @@ def _expected(rows: pa.Table, field: pa.Field, value: object, operation: str) ->
     return pa.concat_tables([updated, inserted.cast(updated.schema)]), count
 
 
-@pytest.mark.parametrize("operation", ["delete", "update", "merge", "optimize"])
-@pytest.mark.parametrize("name", TABLES)
-def test_a_change_to_a_golden_table(name: str, operation: str, tmp_path: Path) -> None:
-    uri = str(shutil.copytree(GOLDEN / name / "delta", tmp_path / "table"))
+@functools.cache
+def _golden(name: str) -> tuple[pa.Table, pa.Field, object, bool] | str:
+    """The rows of golden table ``name`` (read where it lies: reading writes nothing), its picked
+    column and value, and whether delta-rs reads it; or why the table is skipped."""
+    source = str(GOLDEN / name / "delta")
     try:
-        table = DeltaTable(uri)
-        before = table.to_pyarrow_table()
+        rows = DeltaTable(source).to_pyarrow_table()
     except DeltaError as exc:
-        pytest.skip(f"not readable: {type(exc).__name__}")
-    picked = _picked(before)
+        return f"not readable: {type(exc).__name__}"
+    picked = _picked(rows)
     if picked is None:
-        pytest.skip("no integer or string column with a value")
-    field, value = picked
+        return "no integer or string column with a value"
     try:
-        rust_rows(uri)
+        rust_rows(source)
         rust_reads = True
     except (RustDeltaError, RustProtocolError):
         rust_reads = False  # a feature delta-rs does not read
+    return rows, *picked, rust_reads
+
+
+@pytest.mark.parametrize(
+    ("operation", "mode"),
+    [(operation, "as-is") for operation in ("delete", "update", "merge", "optimize")]
+    + [(operation, "dv") for operation in ("delete", "update", "merge")],
+)
+@pytest.mark.parametrize("name", TABLES)
+def test_a_change_to_a_golden_table(name: str, operation: str, mode: str, tmp_path: Path) -> None:
+    """``mode``: the table as it is, or with deletion vectors turned on first (ALTER)."""
+    golden = _golden(name)
+    if isinstance(golden, str):
+        pytest.skip(golden)
+    before, field, value, rust_reads = golden
+    uri = str(shutil.copytree(GOLDEN / name / "delta", tmp_path / "table"))
+    table = DeltaTable(uri)
+    if mode == "dv":
+        try:
+            table.alter.set_table_properties({DV_PROPERTY: "true"})
+        except REFUSALS:
+            pytest.skip("deletion vectors cannot be turned on")
     change = _change(operation, before, field, value)
     version = table.version()
     row_counts = all(f.stats is not None and '"numRecords"' in f.stats for f in table.snapshot.files())
@@ -157,20 +182,21 @@ def test_a_change_to_a_golden_table(name: str, operation: str, tmp_path: Path) -
         assert _rows(DeltaTable(uri).to_pyarrow_table()) == _rows(before)
         return
     expected, count = _expected(before, field, value, operation)
+    changed = DeltaTable(uri)
     if operation == "optimize":
         assert metrics["numFilesAdded"] <= metrics["numFilesRemoved"]
-        assert DeltaTable(uri).version() == version + (1 if metrics["numFilesRemoved"] else 0)
+        assert changed.version() == version + (1 if metrics["numFilesRemoved"] else 0)
     else:
         assert count > 0
-        counted = {"delete": "numDeletedRows", "update": "numUpdatedRows"}.get(
-            operation, "numTargetRowsUpdated"
-        )
+        counted = COUNTED[operation]
         # a DELETE that drops whole files counts their rows from statistics; without them Delta
         # leaves the count out
         assert metrics.get(counted, count if not row_counts else None) == count
         assert operation != "merge" or metrics["numTargetRowsInserted"] == 1
-        assert DeltaTable(uri).version() == version + 1
-    after = DeltaTable(uri).to_pyarrow_table()
+        if mode == "dv":  # unchanged rows stay where they are, hidden by deletion vectors
+            assert metrics.get(COPIED[operation], 0) == 0
+        assert changed.version() == version + 1
+    after = changed.to_pyarrow_table()
     assert _rows(after) == _rows(expected.select(after.column_names))
     if rust_reads:
         assert repr(rust_rows(uri, after.column_names)) == _rows(expected.select(after.column_names))
