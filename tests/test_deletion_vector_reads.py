@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay import DeltaTable
 from replay.data import deletion_vector_reads
@@ -175,6 +178,59 @@ def _first_dv_files(uri: str) -> set[str]:
         for f in table.snapshot.files()
         if f.deletion_vector is not None
     }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.lists(st.integers(0, 50), max_size=3), max_size=30),
+    limit=st.integers(0, 120),
+)
+def test_dv_batches_are_consecutive_bounded_runs(sizes: list[list[int]], limit: int) -> None:
+    """Runs keep the items' order, cover them all, stay within the limit unless an item alone is
+    over it, and end only where the next item would not fit."""
+
+    @dataclass(frozen=True)
+    class Descriptor:
+        cardinality: int
+
+    items = [tuple(Descriptor(n) for n in item) for item in sizes]
+
+    def rows(run: Sequence[tuple[Descriptor, ...]]) -> int:
+        return sum(d.cardinality for item in run for d in item)
+
+    runs = list(deletion_vector_reads.dv_batches(items, lambda item: item, limit))
+    assert [item for run in runs for item in run] == items
+    assert all(run for run in runs)
+    for index, run in enumerate(runs):
+        assert rows(run) <= limit or len(run) == 1
+        if index + 1 < len(runs):
+            assert rows(run) + rows(runs[index + 1][:1]) > limit
+
+
+def test_dml_and_scans_read_dvs_a_bounded_run_at_a_time(
+    tmp_path: Path, dv_reads: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for the DVs of one file at a time, each run reads the DV file again (one request
+    per run, not per file) and the results do not change."""
+    ours, rust = _dv_table(tmp_path)
+    (dv_file,) = _dv_files(ours)
+    snapshot = DeltaTable(ours).snapshot
+    dv_rows = [f.deletion_vector.cardinality for f in snapshot.files() if f.deletion_vector is not None]
+    assert len(dv_rows) == FILES_WITH_DVS and max(dv_rows) == 1
+    dv_reads.clear()
+    streamed = pa.Table.from_batches(list(snapshot.scan().to_batches()))
+    assert dv_reads == Counter({dv_file: 1})  # every DV fits in one run
+    monkeypatch.setattr(deletion_vector_reads, "BATCH_ROWS", 2)
+    dv_reads.clear()
+    assert pa.Table.from_batches(list(snapshot.scan().to_batches())).equals(streamed)
+    assert dv_reads == Counter({dv_file: FILES_WITH_DVS // 2})
+    dv_reads.clear()
+    metrics = DeltaTable(ours).delete("id % 4 = 1")  # no file pruned: every DV is read
+    assert dv_reads == Counter({dv_file: FILES_WITH_DVS // 2})
+    assert metrics["numDeletedRows"] == 3
+    DeltaTable(rust).delete("id % 4 = 1")
+    assert our_rows(ours) == rust_rows(ours) == our_rows(rust)
+    assert sorted(r["id"] for r in our_rows(ours)) == [3, 7, 11]
 
 
 def test_dvs_too_far_apart_are_read_one_by_one(

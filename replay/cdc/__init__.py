@@ -50,7 +50,7 @@ from replay.cdc.change_actions import (
     is_cdf_enabled,
     plan_commit_reads,
 )
-from replay.cdc.change_rows import change_deletion_vectors, change_schema, read_change, read_changes
+from replay.cdc.change_rows import change_read_batches, change_schema, read_change, read_changes
 from replay.cdc.offsets import (
     BASE_INDEX,
     DEFAULT_MAX_FILES_PER_TRIGGER,
@@ -105,7 +105,7 @@ __all__ = [
     "UnsupportedSourceChangeError",
     "admit_version",
     "cdc_read_schema",
-    "change_deletion_vectors",
+    "change_read_batches",
     "change_read_snapshot",
     "change_schema",
     "filter_and_index_delta_logs",

@@ -4,21 +4,21 @@ A :class:`~replay.cdc.change_actions.ChangeRead` names a file, the rows of it th
 deletion vectors) and the change type, version and commit time to stamp on them;
 :func:`read_change` reads one, :func:`read_changes` many (whole files scanned together, the others
 concurrently), sharing their constant CDC columns (:class:`ConstantColumns`).
-:func:`change_deletion_vectors` reads the deletion vectors of many reads with one request per DV
-file, for :func:`read_change` to use.
+:func:`change_read_batches` splits many reads into runs, each with the deletion vectors its reads
+need, read with one request per DV file, for :func:`read_change` to use.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from replay.cdc.change_actions import CDC_COLUMNS, ChangeRead
-from replay.data.deletion_vector_reads import RowFilter, read_deletion_vectors
+from replay.data.deletion_vector_reads import RowFilter, dv_batches, read_deletion_vectors
 from replay.data.deletion_vectors import dv_location
 from replay.data.partition_values import constant_array
 from replay.data.reader import TableReader
@@ -168,6 +168,15 @@ def change_deletion_vectors(
     if not wanted:
         return {}
     return read_deletion_vectors(wanted, reader.table_path, reader.conf, max_workers or reader.concurrency)
+
+
+def change_read_batches(
+    reader: TableReader, reads: Sequence[ChangeRead], max_workers: int | None = None
+) -> Iterator[tuple[Sequence[ChangeRead], dict[str, np.ndarray]]]:
+    """``reads`` in consecutive runs (:func:`~replay.data.deletion_vector_reads.dv_batches`:
+    their DVs bounded in size), each with the DVs of its reads (:func:`change_deletion_vectors`)."""
+    for batch in dv_batches(reads, _deletion_vectors):
+        yield batch, change_deletion_vectors(reader, batch, max_workers)
 
 
 def _deletion_vector(read: ChangeRead) -> object:

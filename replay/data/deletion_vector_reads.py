@@ -9,15 +9,17 @@ DVs of one operation into one file. Reading each DV on its own costs one request
 wanted (several DV files at once), unless that range is larger than :data:`COALESCE_BYTES`
 (those DVs are read one by one). :class:`DeletionVectorCache` keeps what was read for the
 reader of one operation; the DV at a given file and offset never changes, so a cached one is
-always right.
+always right. Read, a DV takes 8 bytes per deleted row: work over many files goes in runs
+(:func:`dv_batches`) whose DVs together hold at most :data:`BATCH_ROWS` rows, each run's DVs read
+together, used and let go before the next run's are read.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +40,10 @@ from replay.protocol.paths import dv_unique_id
 
 COALESCE_BYTES = 8 * 1024 * 1024
 """The largest byte range of one DV file read with one request for the DVs inside it."""
+BATCH_ROWS = 4 * 1024 * 1024
+"""The most deleted rows (8 bytes each once read) in the DVs of one run of :func:`dv_batches`."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,33 @@ class RowFilter:
 def dv_key(descriptor: DeletionVectorDescriptorLike) -> str:
     """The identity of a DV (storage type, path or inline data, offset)."""
     return dv_unique_id(descriptor.storage_type, descriptor.path_or_inline_dv, descriptor.offset)
+
+
+def file_deletion_vectors(file: object) -> list[DeletionVectorDescriptorLike]:
+    """The deletion vector of a file action (``add``, ``remove``), as a list: empty without one."""
+    descriptor = getattr(file, "deletion_vector", None)
+    return [] if descriptor is None else [descriptor]
+
+
+def dv_batches(
+    items: Sequence[T],
+    descriptors: Callable[[T], Iterable[DeletionVectorDescriptorLike]] = file_deletion_vectors,
+    max_rows: int | None = None,
+) -> Iterator[Sequence[T]]:
+    """``items`` in consecutive runs whose DVs (``descriptors`` of each item; by default a file
+    action's own) delete at most ``max_rows`` rows together (default :data:`BATCH_ROWS`), by
+    their cardinality: one run when they all fit, and a run of its own for an item over the
+    limit alone."""
+    limit = BATCH_ROWS if max_rows is None else max_rows
+    start, rows = 0, 0
+    for index, item in enumerate(items):
+        size = sum(descriptor.cardinality for descriptor in descriptors(item))
+        if index > start and rows + size > limit:
+            yield items[start:index]
+            start, rows = index, 0
+        rows += size
+    if start < len(items):
+        yield items[start:]
 
 
 def read_deletion_vectors(
@@ -134,15 +167,22 @@ class DeletionVectorCache:
         with self._lock:
             return self._values.get(dv_key(descriptor))
 
-    def missing(
-        self, descriptors: Sequence[DeletionVectorDescriptorLike]
-    ) -> list[DeletionVectorDescriptorLike]:
+    def missing(self, files: Iterable[object]) -> list[DeletionVectorDescriptorLike]:
+        """The DVs of file actions ``files`` not kept here."""
+        wanted = [descriptor for file in files for descriptor in file_deletion_vectors(file)]
         with self._lock:
-            return [d for d in descriptors if dv_key(d) not in self._values]
+            return [d for d in wanted if dv_key(d) not in self._values]
 
     def update(self, values: Mapping[str, np.ndarray]) -> None:
         with self._lock:
             self._values.update(values)
+
+    def forget(self, files: Iterable[object]) -> None:
+        """Let go of the DVs of file actions ``files`` (a later use reads them again)."""
+        keys = [dv_key(descriptor) for file in files for descriptor in file_deletion_vectors(file)]
+        with self._lock:
+            for key in keys:
+                self._values.pop(key, None)
 
     def __len__(self) -> int:
         with self._lock:

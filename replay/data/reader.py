@@ -142,13 +142,13 @@ class TableReader:
     def read_deletion_vectors(self, files: Iterable[FileAction]) -> dict[str, np.ndarray]:
         """The DVs of ``files`` not read ahead, with one request per DV file
         (:func:`~replay.data.deletion_vector_reads.read_deletion_vectors`), by ``dv_key``."""
-        wanted = [d for f in files if (d := getattr(f, "deletion_vector", None)) is not None]
-        missing = self.dv_cache.missing(wanted)
+        missing = self.dv_cache.missing(files)
         return read_deletion_vectors(missing, self.table_path, self.conf, self.concurrency) if missing else {}
 
     def prefetch_deletion_vectors(self, files: Iterable[FileAction]) -> None:
         """Read the DVs of ``files`` now (:meth:`read_deletion_vectors`) and keep them for
-        :meth:`deletion_filter`, for as long as this reader lives (one operation's reader)."""
+        :meth:`deletion_filter`, until ``dv_cache.forget(files)`` or for as long as this reader
+        lives (one operation's reader)."""
         self.dv_cache.update(self.read_deletion_vectors(files))
 
     def read_file(

@@ -4,7 +4,9 @@ Files are worked on by the shared data-reading pool (:mod:`replay.log.concurrenc
 holding one file's rows. When a task fails, files not yet started are skipped, every running
 task is waited for (so nothing is written after the caller cleans up), and the first error is
 raised. :func:`run_plan` runs an operation's plan over its candidate files that way and hands
-the results to the operation's commit, deleting what was written unless the commit landed.
+the results to the operation's commit, deleting what was written unless the commit landed; it
+reads the files' deletion vectors ahead a run of files at a time
+(:func:`~replay.data.deletion_vector_reads.dv_batches`), with one request per DV file.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Protocol, TypeVar
 
 import pyarrow as pa
 
+from replay.data.deletion_vector_reads import dv_batches
 from replay.dml.commit import DmlResult, discard_unless_committed
 from replay.dml.context import DmlTable
 from replay.dml.outputs import Sinks
@@ -81,7 +84,10 @@ def run_plan(
     committed (:func:`~replay.dml.commit.discard_unless_committed`)."""
     sinks = Sinks(plan.table)
     with discard_unless_committed(txn, sinks):
-        files = add_actions(candidates)
-        plan.table.reader.prefetch_deletion_vectors(files)  # one request per DV file, not per file
-        changes = run_files(lambda f: plan.process_file(f, sinks), files, plan.table.threads)
+        reader = plan.table.reader
+        changes: list[FileChange] = []
+        for files in dv_batches(add_actions(candidates)):  # the DVs of a run at a time, bounded
+            reader.prefetch_deletion_vectors(files)  # one request per DV file, not per file
+            changes += run_files(lambda f: plan.process_file(f, sinks), files, plan.table.threads)
+            reader.dv_cache.forget(files)
         return finish(changes, sinks, time.perf_counter_ns() - started_ns)

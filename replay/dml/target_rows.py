@@ -9,7 +9,7 @@ what a new deletion vector records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,13 +55,17 @@ def _readable(reader: TableReader, columns: Sequence[str]) -> list[str]:
 
 
 def read_target_rows(
-    reader: TableReader, file: AddFile, columns: Sequence[str], data: bytes | None = None
+    reader: TableReader,
+    file: AddFile,
+    columns: Sequence[str],
+    data: bytes | None = None,
+    known: Mapping[str, np.ndarray] | None = None,
 ) -> TargetRows:
     """The live rows of ``file`` with ``columns`` (at least one column is read); ``data``: the
-    file's bytes, already fetched."""
+    file's bytes, already fetched; ``known``: deletion vectors already read (by ``dv_key``)."""
     raw = reader.read_file(file, _readable(reader, columns), row_filter=False, data=data)
     num_records = raw.num_rows
-    deleted = reader.deletion_filter(file)
+    deleted = reader.deletion_filter(file, known)
     if deleted is None:
         return TargetRows(file, raw, None, num_records, data)
     keep = deleted.mask(num_records, reader.file_uri(file))

@@ -3,8 +3,8 @@
 Batch reads (:mod:`replay.spark.batch_reader`) and micro-batches of streams
 (:mod:`replay.spark.stream_reader`) plan their file reads as :class:`~replay.cdc.ChangeRead`
 values; :func:`split_reads` groups them into :class:`FilesPartition` tasks and
-:func:`record_batches` reads one task's files in the query's schema, the deletion vectors of all
-of them first, with one request per DV file (a task's files share few DV files, often one).
+:func:`record_batches` reads one task's files in the query's schema, the deletion vectors of a
+run of them at a time with one request per DV file (a task's files share few DV files, often one).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from replay.cdc import (
     CDC_COMMIT_VERSION,
     CDC_TYPE_COLUMN,
     ChangeRead,
-    change_deletion_vectors,
+    change_read_batches,
     read_change,
 )
 from replay.data import TableReader
@@ -71,13 +71,12 @@ def record_batches(
     target = arrow_schema(schema)
     cdc_columns = {CDC_TYPE_COLUMN, CDC_COMMIT_VERSION, CDC_COMMIT_TIMESTAMP} if change_feed else set()
     columns = [name for name in schema.fieldNames() if name not in cdc_columns]
-    known = change_deletion_vectors(reader, partition.reads)
-    for read in partition.reads:
-        if change_feed:
-            table = read_change(reader, read, columns, known=known)
-        else:
-            row_filter = reader.deletion_filter(read.file, known)
-            table = reader.read_file(read.file, columns, row_filter=row_filter)
-        if table.num_rows == 0:
-            continue
-        yield from table.cast(target).to_batches()
+    for reads, known in change_read_batches(reader, partition.reads):
+        for read in reads:
+            if change_feed:
+                table = read_change(reader, read, columns, known=known)
+            else:
+                row_filter = reader.deletion_filter(read.file, known)
+                table = reader.read_file(read.file, columns, row_filter=row_filter)
+            if table.num_rows:
+                yield from table.cast(target).to_batches()

@@ -24,6 +24,7 @@ import orjson
 import pyarrow as pa
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
+from replay.cdc import change_read_batches
 from replay.data import TableReader
 from replay.dml.target_rows import read_target_rows
 from replay.protocol.actions import AddFile
@@ -81,16 +82,17 @@ def row_id_batches(
     ids = {path: position for position, path in enumerate(files)}
     target = arrow_schema(schema)
     columns = [name for name in schema.fieldNames() if name not in (FILE_COLUMN, ROW_COLUMN)]
-    reader.prefetch_deletion_vectors(read.file for read in partition.reads)  # one request per DV file
-    for read in partition.reads:
-        if not isinstance(read.file, AddFile):  # snapshot reads only: the options refuse change feeds
-            raise TypeError(f"row ids are read from data files, not from {type(read.file).__name__}")
-        rows = read_target_rows(reader, read.file, columns)
-        if rows.num_rows == 0:
-            continue
-        table = rows.rows.select(columns)
-        table = table.append_column(
-            FILE_COLUMN, pa.repeat(pa.scalar(ids[read.file.path], pa.int32()), rows.num_rows)
-        )
-        table = table.append_column(ROW_COLUMN, pa.array(rows.physical(np.arange(rows.num_rows)), pa.int64()))
-        yield from table.cast(target).to_batches()
+    for reads, known in change_read_batches(reader, partition.reads):  # one request per DV file
+        for read in reads:
+            if not isinstance(read.file, AddFile):  # snapshot reads only: the options refuse change feeds
+                raise TypeError(f"row ids are read from data files, not from {type(read.file).__name__}")
+            rows = read_target_rows(reader, read.file, columns, known=known)
+            if rows.num_rows == 0:
+                continue
+            table = rows.rows.select(columns)
+            table = table.append_column(
+                FILE_COLUMN, pa.repeat(pa.scalar(ids[read.file.path], pa.int32()), rows.num_rows)
+            )
+            physical = rows.physical(np.arange(rows.num_rows))
+            table = table.append_column(ROW_COLUMN, pa.array(physical, pa.int64()))
+            yield from table.cast(target).to_batches()

@@ -12,12 +12,15 @@ from collections.abc import Iterator, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replay.data.deletion_vector_reads import dv_batches
 from replay.data.reader import TableReader
 from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
+from replay.protocol.actions import AddFile
 from replay.protocol.arrow_actions import add_actions
 from replay.protocol.predicate_expressions import from_expression
 from replay.protocol.predicates import (
@@ -131,15 +134,21 @@ class Scan:
         return self._finish(table)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """The matching rows file by file, a bounded number of files read ahead (bounded memory)."""
+        """The matching rows file by file, a bounded number of files read ahead (bounded memory);
+        the files' deletion vectors a run of files at a time, with one request per DV file
+        (:func:`~replay.data.deletion_vector_reads.dv_batches`)."""
         reader = self._reader
         threads = reader.concurrency
         pool = executor(Work.DATA, threads)
         columns = self._read_columns
-        for table in prefetch(
-            pool, lambda file: reader.read_file(file, columns), add_actions(self._files), threads
-        ):
-            yield from self._finish(table).to_batches()
+        for files in dv_batches(add_actions(self._files)):
+            known = reader.read_deletion_vectors(files)
+
+            def read(file: AddFile, known: dict[str, np.ndarray] = known) -> pa.Table:
+                return reader.read_file(file, columns, row_filter=reader.deletion_filter(file, known))
+
+            for table in prefetch(pool, read, files, threads):
+                yield from self._finish(table).to_batches()
 
     def to_pandas(self) -> pd.DataFrame:
         return self.to_arrow().to_pandas()
