@@ -27,14 +27,33 @@ import pytest
 from deltalake.exceptions import DeltaError as RustDeltaError
 from deltalake.exceptions import DeltaProtocolError as RustProtocolError
 
-from replay import DeltaTable, InvariantViolationError
-from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
+from replay import (
+    DeltaTable,
+    InvalidTableSchemaError,
+    InvariantViolationError,
+    MissingProtocolOrMetadataError,
+    MissingVersionsError,
+    TableNotFoundError,
+    UnsupportedTableFeatureError,
+)
+from replay.data import DataFileNotFoundError, DeletionVectorNotFoundError
 from tests.dml_cases import normalised, rust_rows
 from tests.paths import GOLDEN_ROOT as GOLDEN
 
 TABLES = sorted(str(p.parent.relative_to(GOLDEN)) for p in GOLDEN.glob("*/*/delta"))
 REFUSALS = (UnsupportedTableFeatureError, InvariantViolationError)
 """What a change the table does not allow raises: nothing is committed."""
+SHIPPED_BROKEN = (
+    DataFileNotFoundError,
+    DeletionVectorNotFoundError,
+    InvalidTableSchemaError,
+    MissingProtocolOrMetadataError,
+    MissingVersionsError,
+    TableNotFoundError,
+    UnsupportedTableFeatureError,
+)
+"""How the golden tables shipped incomplete or too new fail to read (``test_golden_tables`` pins
+which fail and how); any other error fails the test here."""
 
 Change = Callable[[DeltaTable], Mapping[str, Any]]
 COUNTED = {"delete": "numDeletedRows", "update": "numUpdatedRows", "merge": "numTargetRowsUpdated"}
@@ -139,7 +158,7 @@ def _golden(name: str) -> tuple[pa.Table, pa.Field, object, bool] | str:
     source = str(GOLDEN / name / "delta")
     try:
         rows = DeltaTable(source).to_pyarrow_table()
-    except DeltaError as exc:
+    except SHIPPED_BROKEN as exc:
         return f"not readable: {type(exc).__name__}"
     picked = _picked(rows)
     if picked is None:

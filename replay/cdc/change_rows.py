@@ -18,12 +18,16 @@ import numpy as np
 import pyarrow as pa
 
 from replay.cdc.change_actions import CDC_COLUMNS, ChangeRead
-from replay.data.deletion_vector_reads import RowFilter, dv_batches, read_deletion_vectors
-from replay.data.deletion_vectors import dv_location
+from replay.data.deletion_vector_reads import (
+    RowFilter,
+    dv_batches,
+    file_deletion_vectors,
+    read_deletion_vectors,
+)
+from replay.data.deletion_vectors import DeletionVectorDescriptorLike, dv_location
 from replay.data.partition_values import constant_array
 from replay.data.reader import TableReader
 from replay.log.concurrency import Work, gc_paused, map_concurrently
-from replay.protocol.actions import DeletionVectorDescriptor
 
 
 def change_schema(reader: TableReader, columns: Sequence[str] | None = None) -> pa.Schema:
@@ -130,7 +134,7 @@ def read_changes(
     workers = max_workers or reader.concurrency
     constants = ConstantColumns()
     tables: dict[int, pa.Table] = {}
-    whole = [i for i, read in enumerate(reads) if read.keep_dv is None and _deletion_vector(read) is None]
+    whole = [i for i, read in enumerate(reads) if not _deletion_vectors(read)]
     with gc_paused():  # the reads allocate no reference cycles; a collection would only scan the heap
         found = reader.read_unfiltered(
             [reads[i].file for i in whole],
@@ -179,13 +183,8 @@ def change_read_batches(
         yield batch, change_deletion_vectors(reader, batch, max_workers)
 
 
-def _deletion_vector(read: ChangeRead) -> object:
-    return getattr(read.file, "deletion_vector", None)
-
-
-def _deletion_vectors(read: ChangeRead) -> list[DeletionVectorDescriptor]:
+def _deletion_vectors(read: ChangeRead) -> list[DeletionVectorDescriptorLike]:
     """The DVs :func:`read_change` reads for ``read``: the ones naming its rows, else its file's."""
     if read.keep_dv is not None:
         return [dv for dv in (read.keep_dv, read.minus_dv) if dv is not None]
-    own = _deletion_vector(read)
-    return [own] if isinstance(own, DeletionVectorDescriptor) else []
+    return file_deletion_vectors(read.file)
