@@ -231,7 +231,6 @@ class FileRewriter:
         result.changed_rows = int(changed.size)
         if self.copy_on_write:
             rows = self._copy(deleted, updated, new_rows)
-            self._loaded = None  # the rows as read are not needed while the copy is written
             result.rewritten = self.sinks.rewrite(rows)
             result.copied_rows = self.target.num_rows - result.changed_rows
         else:
@@ -252,35 +251,40 @@ class FileRewriter:
         """The file's rows in order: deleted ones left out, updated ones replaced by their new values.
 
         A column whose new values equal the old ones (an UPDATE leaves most columns as they are)
-        is copied as it is, without the positional merge the changed columns need."""
+        is copied as it is, without the positional merge the changed columns need. Each column
+        as read is let go once its copy is made: the copy holds about one column more than the
+        file's rows, not them twice."""
         count = self.target.num_rows
         schema = self.table.write_schema
+        changes = None
+        if updated.size and new_rows is not None:
+            changes = (align(self.full_rows(updated), schema), align(new_rows, schema))
         rows = align(self.full_rows(), schema)
+        self._loaded = None  # from here ``columns`` holds the only reference to the rows as read
+        copied_schema, columns = rows.schema, rows.columns
+        del rows
         kept = None
         if deleted.size:
             keep = np.ones(count, dtype=bool)
             keep[deleted] = False
             kept = pa.array(keep)
-        if not updated.size or new_rows is None:
-            return rows.filter(kept) if kept is not None else rows
-        new = align(new_rows, schema)
-        old = align(self.full_rows(updated), schema)
         order: pa.Array | None = None
-        arrays: list[pa.ChunkedArray] = []
-        for index, column in enumerate(rows.columns):
-            replacement = new.column(index)
-            if same_values(old.column(index), replacement):
-                arrays.append(column.filter(kept) if kept is not None else column)
+        for index in range(len(columns)):
+            column = columns[index]
+            if changes is None or same_values(changes[0].column(index), changes[1].column(index)):
+                columns[index] = column.filter(kept) if kept is not None else column
                 continue
             if order is None:
                 positions = np.arange(count)
                 positions[updated] = count + np.arange(updated.size)
                 order = pa.array(np.delete(positions, deleted) if deleted.size else positions, pa.int64())
+            replacement = changes[1].column(index)
             if replacement.type != column.type:  # new values join the dictionary (take unifies them)
                 replacement = replacement.cast(column.type)
             merged = pa.chunked_array(column.chunks + replacement.chunks, type=column.type)
-            arrays.append(merged.take(order))
-        return pa.Table.from_arrays(arrays, schema=rows.schema)
+            columns[index] = merged.take(order)
+        del column
+        return pa.Table.from_arrays(columns, schema=copied_schema)
 
 
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
