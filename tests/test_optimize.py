@@ -28,7 +28,6 @@ from replay.maintenance.optimize_rewrite import write_spec
 from replay.protocol.errors import (
     ConcurrentDeleteReadException,
     DeltaError,
-    UnsupportedTableFeatureError,
 )
 from replay.protocol.predicates import InvalidFilterError
 from replay.txn.data_writer import DataFileWriter
@@ -382,25 +381,6 @@ def test_compaction_matches_deltalake(tmp_path: Path) -> None:
         assert mine[key] == rust[key], key
     assert files_per_partition(ours) == files_per_partition(theirs) == dict.fromkeys("0123", 1)
     assert rows(ours) == rust_rows(ours) == rows(theirs) == rust_rows(theirs) == expected
-
-
-# -- refusals ---------------------------------------------------------------------------------------------
-def test_column_mapping_tables_are_refused(tmp_path: Path) -> None:
-    path = str(tmp_path / "t")
-    small_files(path, partitions=1, files=2)
-    log = DeltaLog.for_table(path)
-    metadata = log.update().metadata
-    from dataclasses import replace
-
-    from replay.protocol.actions import Protocol
-
-    protocol = Protocol(min_reader_version=2, min_writer_version=5)
-    mapped = replace(
-        metadata, configuration={"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "0"}
-    )
-    log.commit([protocol, mapped], operation="SET TBLPROPERTIES")
-    with pytest.raises(UnsupportedTableFeatureError, match="column mapping"):
-        DeltaTable(path).optimize.compact()
 
 
 # -- the command line ------------------------------------------------------------------

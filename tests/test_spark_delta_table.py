@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay import DeltaLog, DeltaTable, table_changes, write_table
 from replay.maintenance.restore import RestoreError
@@ -388,3 +390,24 @@ def test_spark_connect_columns_are_written_as_sql_the_grammar_reads() -> None:
         sql_of(F.udf(lambda x: x)(F.col("a")), None)
     with pytest.raises(TypeError, match="'condition' must be a Spark SQL Column or a string"):
         sql_of(1, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(blacklist_characters=".", codec="utf-8"), min_size=1),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_set_keys_are_attribute_names(parts: list[str]) -> None:
+    """A ``set``/``values`` key is read as Delta reads it: backquoted parts are unquoted (a
+    doubled backquote is one), plain ones kept; a key that cannot be split back is kept whole."""
+    from replay.dml.assignments import quote
+    from replay.spark.sql_text import attribute_name
+
+    assert attribute_name(".".join(quote(part) for part in parts)) == ".".join(parts)
+    plain = [part for part in parts if "`" not in part]
+    if plain:
+        assert attribute_name(".".join(plain)) == ".".join(plain)
+    assert attribute_name("`unclosed") == "`unclosed"

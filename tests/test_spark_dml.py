@@ -396,3 +396,23 @@ def test_columns_are_written_as_sql(spark: Any, tmp_path: Path) -> None:
     parameters = commit_summary(columns)["operationParameters"]
     assert parameters["predicate"] == '["(t.id = s.id)"]'
     assert commit_summary(columns, 1)["operationParameters"] == {"predicate": '["(id > CAST(8 AS BIGINT))"]'}
+
+
+def test_a_mapped_table_is_written_with_physical_columns_from_spark(spark: Any, tmp_path: Path) -> None:
+    from replay.spark import register
+    from tests.test_column_mapping_writes import check_files, mapped_table, sample
+
+    register(spark)
+    uri = mapped_table(tmp_path, "id", **CDF)
+    appended = sample().slice(0, 2).set_column(0, "id", pa.array([11, 12], pa.int64()))
+    spark.createDataFrame(appended.select(["id", "a name", "part"]).to_pandas()).write.format(
+        "deltalog"
+    ).mode("append").save(uri)
+    assert check_files(uri, 1) >= 1
+    SparkTable.forPath(spark, uri).delete("id = 11")
+    assert check_files(uri, 2) >= 1
+    SparkTable.forPath(spark, uri).update("id = 12", {"`a name`": "'spark'"})
+    assert check_files(uri, 3) >= 2
+    rows = {r["id"]: r["a name"] for r in our_rows(uri)}
+    assert rows == {1: "w", 2: "x", 3: "y", 4: None, 12: "spark"}
+    assert our_rows(uri) == rust_rows(uri)

@@ -291,26 +291,6 @@ def test_deletion_vector_tables_are_appended_and_overwritten(golden_root: Path, 
     assert rows(path, *columns) == [("y", 2, None)]
 
 
-def test_column_mapping_tables_are_refused_before_anything_is_written(
-    golden_root: Path, tmp_path: Path
-) -> None:
-    import shutil
-
-    from replay.protocol.errors import UnsupportedTableFeatureError
-
-    path = tmp_path / "cm"
-    shutil.copytree(golden_root / "dat/column_mapping/delta", path)
-    before = data_files(path)
-    data = DeltaLog.for_table(str(path)).snapshot().to_arrow().slice(0, 1)
-    with pytest.raises(
-        UnsupportedTableFeatureError, match=r"uses features this writer does not support: .*columnMapping"
-    ):
-        write_table(str(path), data)
-    assert data_files(path) == before
-    with pytest.raises(UnsupportedTableFeatureError, match=r"delta\.columnMapping\.mode"):
-        write_table(str(tmp_path / "new"), data, configuration={"delta.columnMapping.mode": "name"})
-
-
 @pytest.mark.parametrize(
     ("columns", "expected"),
     [

@@ -49,6 +49,7 @@ from replay.data.parquet_files import (
 from replay.data.partition_values import partition_value_array
 from replay.log.concurrency import Work, default_threads, map_concurrently
 from replay.protocol.actions import FileAction, Metadata, Protocol
+from replay.protocol.column_mapping import partition_value
 from replay.protocol.paths import resolve_path
 from replay.protocol.schema import StructField, StructType, arrow_type
 from replay.protocol.table_config import check_readable
@@ -405,12 +406,7 @@ class TableReader:
         return tuple(scan_dictionary_columns(metadata, schema, layout.names))
 
     def _partition_value(self, file: FileAction, struct_field: StructField) -> str | None:
-        values = file.partition_values or {}
-        if self.column_mapping_mode != "none":
-            physical = struct_field.physical_name
-            if physical in values:
-                return values[physical]
-        return values.get(struct_field.name)
+        return partition_value(file.partition_values or {}, struct_field, self.column_mapping_mode != "none")
 
     def _empty(self, fields: list[StructField], extra_columns: Sequence[pa.Field]) -> pa.Table:
         schema = _nullable([arrow_field(f) for f in fields] + list(extra_columns))

@@ -62,6 +62,8 @@ def plan_column_update(table: DmlTable, assignments: Mapping[str, Assignment]) -
     rules = spec.constraints
     if table.deletion_vectors or table.change_spec is not None or spec.replace_where is not None:
         return None
+    if spec.file_schema is not None:  # column mapping: the spliced chunks would need physical names
+        return None
     if rules.checks or rules.invariants or rules.generated:
         return None
     columns = tuple(assignments)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -116,7 +116,7 @@ def dml_table(
     spec = file_write_spec(io, target)
     change_spec = None
     if change_data and target.change_data_feed_enabled:
-        change_spec = replace(spec, schema=spec.schema.append(CHANGE_TYPE_FIELD), max_records_per_file=None)
+        change_spec = spec.with_column(CHANGE_TYPE_FIELD)
     return DmlTable(
         table_path=io.table_path,
         reader=reader,

@@ -23,7 +23,7 @@ import datetime as _dt
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -435,7 +435,7 @@ def _evolution(snapshot: Snapshot, schema: StructType) -> tuple[list[Action], Ta
     """The metadata (and protocol) actions of an evolved schema, and the configuration after them."""
     if schema == snapshot.schema:
         return [], None
-    metadata = replace(snapshot.metadata, schema_string=schema.to_json())
+    metadata = snapshot.metadata.with_schema(schema)
     check_column_names(metadata, snapshot.io.shown_path)
     protocol = protocol_for_schema(snapshot.protocol, metadata.schema_string or "")
     upgraded = protocol if protocol != snapshot.protocol else None

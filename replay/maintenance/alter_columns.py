@@ -5,7 +5,7 @@ an existing struct column adds its own fields to that struct, as deltalake's ``a
 merges). Names are compared case-insensitively, as Delta does; a name that exists is Spark's
 ``FIELD_ALREADY_EXISTS``. New columns must be nullable (existing rows hold nulls for them): Delta
 refuses ``NOT NULL`` in ALTER TABLE ADD COLUMNS. A ``timestamp_ntz`` column upgrades the protocol.
-Tables with column mapping are refused (new columns would need ids and physical names).
+Under column mapping, new columns get ids and physical names (:meth:`Metadata.with_schema`).
 
 Column metadata (comments and the user's own keys) changes with operation CHANGE COLUMN; keys
 starting with ``delta.`` belong to Delta (column mapping, invariants, generated and identity
@@ -33,7 +33,6 @@ from replay.protocol.schema import (
     StructType,
     parse_data_type,
 )
-from replay.protocol.table_features import unsupported_feature_error
 from replay.state.snapshot import Snapshot
 
 
@@ -84,13 +83,10 @@ def column_parameter(path: Sequence[str], column: StructField) -> dict[str, Any]
 
 def add_columns(io: TableIO, snapshot: Snapshot, columns: Iterable[Any]) -> int:
     """Add ``columns`` to the table (see the module docs); returns the committed version. Raises
-    :class:`ColumnChangeError` naming the column (exists, NOT NULL),
-    :class:`~replay.protocol.errors.UnsupportedTableFeatureError` for column mapping tables, and
-    Delta's conflict exceptions."""
+    :class:`ColumnChangeError` naming the column (exists, NOT NULL) and Delta's conflict
+    exceptions."""
     table = io.shown_path
     new = [to_struct_field(column) for column in columns]
-    if snapshot.metadata.column_mapping_mode != "none":
-        raise unsupported_feature_error(["columnMapping"], table, "add columns")
     for column in new:
         required = _not_nullable(column, ())
         if required:
@@ -101,8 +97,7 @@ def add_columns(io: TableIO, snapshot: Snapshot, columns: Iterable[Any]) -> int:
             )
     added: list[tuple[tuple[str, ...], StructField]] = []
     fields = _merge(list(snapshot.schema.fields), new, (), added, table)
-    schema_string = StructType(fields).to_json()
-    metadata = dataclasses.replace(snapshot.metadata, schema_string=schema_string)
+    metadata = snapshot.metadata.with_schema(StructType(fields))
     parameters = {"columns": [{"column": column_parameter((*path, f.name), f)} for path, f in added]}
     return commit_alter(io, snapshot, "ADD COLUMNS", parameters, metadata)
 

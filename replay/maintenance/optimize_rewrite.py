@@ -33,7 +33,7 @@ from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
 from replay.maintenance.optimize_plan import Bin, describe_partition
 from replay.protocol.actions import AddFile, RemoveFile
-from replay.protocol.errors import UnsupportedTableFeatureError
+from replay.protocol.column_mapping import data_file_schema, partition_value
 from replay.protocol.paths import resolve_path
 from replay.protocol.table_config import check_protocol_writable
 from replay.state.snapshot import Snapshot
@@ -68,19 +68,10 @@ class RewrittenBin:
 def check_rewritable(snapshot: Snapshot) -> None:
     """Raise :class:`UnsupportedTableFeatureError` if this library cannot rewrite the table's files.
 
-    It must read the table and commit to its protocol; column mapping is refused because the
-    writer names the columns of data files by their logical names.
+    It must read the table and commit to its protocol.
     """
     snapshot.config.check_readable()
     check_protocol_writable(snapshot.protocol, snapshot.table_path)
-    if snapshot.config.column_mapping_mode != "none":
-        raise UnsupportedTableFeatureError(
-            f"Cannot rewrite the files of table {snapshot.io.shown_path}: it uses column mapping "
-            f"(delta.columnMapping.mode={snapshot.config.column_mapping_mode}), which this writer "
-            "does not write",
-            table=snapshot.table_path,
-            features=["columnMapping"],
-        )
 
 
 def write_spec(snapshot: Snapshot, conf: dict[str, str] | None = None) -> FileWriteSpec:
@@ -93,6 +84,7 @@ def write_spec(snapshot: Snapshot, conf: dict[str, str] | None = None) -> FileWr
         conf=dict(snapshot.io.conf if conf is None else conf),
         num_indexed_cols=config.num_indexed_cols,
         string_prefix_length=config.string_prefix_length,
+        file_schema=data_file_schema(snapshot.schema, snapshot.metadata.configuration),
     )
 
 
@@ -161,10 +153,10 @@ class _FileReads:
     def with_partition_columns(self, data: pa.Table, values: Mapping[str, str | None]) -> pa.Table:
         """``data`` (rows of files with partition ``values``) with the requested columns, in order."""
         columns = {name: data.column(name) for name in self.data_names}
+        mapped = self.reader.column_mapping_mode != "none"
         for partition in self.partition_fields:
-            columns[partition.name] = partition_value_array(
-                values.get(partition.name), partition.type, data.num_rows
-            )
+            value = partition_value(values, partition, mapped)
+            columns[partition.name] = partition_value_array(value, partition.type, data.num_rows)
         return pa.Table.from_arrays([columns[f.name] for f in self.schema], schema=self.schema)
 
 

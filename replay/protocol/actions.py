@@ -19,6 +19,12 @@ from typing import Any, ClassVar, Self
 import orjson
 import pyarrow as pa
 
+from replay.protocol.column_mapping import (
+    MAX_COLUMN_ID_KEY,
+    assign_column_mapping,
+    max_column_id,
+    partition_value_keys,
+)
 from replay.protocol.errors import InvalidTableSchemaError
 from replay.protocol.naming import camel_case
 from replay.protocol.paths import FileKey, dv_unique_id, normalize_path_key
@@ -190,6 +196,26 @@ class Metadata(_Action):
     def column_mapping_mode(self) -> str:
         """``none``, ``name`` or ``id`` (``delta.columnMapping.mode``)."""
         return COLUMN_MAPPING_MODE.value_in(self.configuration)
+
+    def with_schema(self, schema: StructType, **changes: Any) -> Metadata:
+        """This metadata with ``schema`` (and the other fields in ``changes``). Under column mapping,
+        fields new to the table get ids after ``delta.columnMapping.maxColumnId`` and physical names
+        (:func:`~replay.protocol.column_mapping.assign_column_mapping`), and the maximum follows."""
+        configuration = self.configuration
+        if self.column_mapping_mode != "none":
+            last = max_column_id(self.schema, configuration) if self.schema_string else 0
+            schema, last = assign_column_mapping(schema, last)
+            configuration = {**configuration, MAX_COLUMN_ID_KEY: str(last)}
+        return dataclasses.replace(
+            self, schema_string=schema.to_json(), configuration=configuration, **changes
+        )
+
+    @cached_property
+    def partition_value_keys(self) -> dict[str, str]:
+        """Each partition column's key in ``partitionValues`` (its physical name under column
+        mapping, :func:`~replay.protocol.column_mapping.partition_value_keys`)."""
+        mapped = self.column_mapping_mode != "none"
+        return partition_value_keys(self.schema, self.partition_columns, mapped)
 
 
 @dataclass(frozen=True)

@@ -64,11 +64,12 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "deletionVectors",
         "domainMetadata",
         "vacuumProtocolCheck",
+        "columnMapping",
     }
 )
 """Writer features whose tables this library can write to: it enforces invariants, CHECK
 constraints and NOT NULL columns on every written row and computes or checks generated columns."""
-WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset({"columnMapping", "identityColumns"})
+WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset({"identityColumns"})
 """Writer features that do not concern this writer as long as the table does not use them."""
 
 
@@ -135,15 +136,12 @@ def check_protocol_writable(protocol: Protocol, table: str) -> None:
 def features_in_use(metadata: Metadata) -> list[str]:
     """Writer features the table's metadata actually uses and this writer cannot honour.
 
-    Identity columns would have to be generated on write; column mapping would change the data
-    files' column names. (Invariants, CHECK constraints and generated columns are enforced by
-    every data write: :mod:`replay.protocol.constraints`.)
+    Identity columns would have to be generated on write. (Invariants, CHECK constraints and
+    generated columns are enforced by every data write: :mod:`replay.protocol.constraints`;
+    column mapping names the data files' columns: :mod:`replay.protocol.column_mapping`.)
     """
     schema_string = metadata.schema_string or ""
-    used = {
-        "identityColumns": "delta.identity." in schema_string,
-        "columnMapping": metadata.column_mapping_mode != "none",
-    }
+    used = {"identityColumns": "delta.identity." in schema_string}
     return [name for name, in_use in used.items() if in_use]
 
 

@@ -76,7 +76,34 @@ def checked_mapping(values: object, argument: str) -> dict[str, Any]:
                 f"Values of dict in {argument} must contain only Spark SQL Columns or strings (expressions "
                 f"in SQL syntax) as values, found '{value}' of type '{type(value)}'"
             )
-    return dict(values)
+    return {attribute_name(column): value for column, value in values.items()}
+
+
+def attribute_name(key: str) -> str:
+    """A column key as Delta reads it (an attribute name: ``t.`a name``` is ``t.a name``): backquoted
+    parts unquoted. A key whose unquoted parts would hold a dot is kept as given."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
+    index = 0
+    while index < len(key):
+        char = key[index]
+        if char == "`":
+            if quoted and key[index + 1 : index + 2] == "`":
+                current.append("`")
+                index += 1
+            else:
+                quoted = not quoted
+        elif char == "." and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        index += 1
+    parts.append("".join(current))
+    if quoted or any("." in part for part in parts):
+        return key
+    return ".".join(parts)
 
 
 def _resolved_sql(column: Any, context: Any) -> str:

@@ -3,7 +3,10 @@
 Hive-style partition directories (:mod:`replay.txn.partition_paths`), partition columns left out
 of the data files, file names ``part-<task:05d>-<uuid>-c<nnn>.snappy.parquet`` (``nnn`` counts
 the files a task rolled over to within one partition), log paths URL-encoded, and Delta's
-statistics for each file (:mod:`replay.txn.statistics`).
+statistics for each file (:mod:`replay.txn.statistics`). Under column mapping the files,
+their statistics and their ``partitionValues`` use the physical names
+(:mod:`replay.protocol.column_mapping`), and a partitioned table's files go to random
+two-character prefix directories, as Delta writes them.
 
 A :class:`DataFileWriter` takes Arrow batches (what a Spark task receives, or slices of a Python
 table), conforms them to the table's columns (:mod:`replay.txn.write_spec`), checks the write's
@@ -22,6 +25,8 @@ import base64
 import contextlib
 import logging
 import os
+import random
+import string
 import sys
 import time
 import uuid
@@ -46,7 +51,7 @@ from replay.protocol.actions import AddFile
 from replay.protocol.paths import resolve_path
 from replay.txn.partition_paths import encode_log_path, partition_directory, partition_value_string
 from replay.txn.statistics import StatisticsCollector
-from replay.txn.write_spec import FileWriteSpec, check_replace_where, conform
+from replay.txn.write_spec import FileWriteSpec, check_replace_where, conform, to_stored_columns
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +71,10 @@ SAMPLE_ROWS = 64 * 1024
 """Rows of a file's first rows whose bytes per row :func:`write_batch_rows` measures."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
+RANDOM_PREFIX_LENGTH = 2
+PREFIX_CHARACTERS = string.ascii_letters + string.digits
+"""The directories files of a partitioned table with column mapping go to, as Delta places them:
+a random two-character prefix rather than directories named by (physical) partition values."""
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -115,7 +124,8 @@ class _OpenFile:
         self.relative = relative
         self.target = f"{root}/{relative}"
         self._fs = fs
-        self._schema = spec.data_schema
+        self._schema = spec.stored_schema
+        self._renamed = spec.file_schema is not None
         self._stats = StatisticsCollector(
             self._schema, spec.num_indexed_cols, spec.string_prefix_length, from_footer=True
         )
@@ -130,6 +140,8 @@ class _OpenFile:
         self.rows = 0
 
     def add(self, table: pa.Table) -> None:
+        if self._renamed:
+            table = to_stored_columns(table, self._schema)
         if self._chunk_schema is None:  # dictionary columns (or none) as the first rows have them
             self._chunk_schema = table.schema
         elif not table.schema.equals(self._chunk_schema):
@@ -352,8 +364,11 @@ class DataFileWriter:
         count = self._rolls.get(key, 0)
         self._rolls[key] = count + 1
         name = self.layout.name.format(task=self.task_id, uuid=uuid.uuid4(), count=count)
-        values = dict(zip(self.spec.partition_columns, key, strict=True))
-        directory = partition_directory(list(self.spec.partition_columns), values)
+        if self.spec.file_schema is not None and key:  # column mapping: Delta's random prefixes
+            directory = "".join(random.choices(PREFIX_CHARACTERS, k=RANDOM_PREFIX_LENGTH))
+        else:
+            values = dict(zip(self.spec.partition_columns, key, strict=True))
+            directory = partition_directory(list(self.spec.partition_columns), values)
         return "/".join(part for part in (self.layout.directory, directory, name) if part)
 
     def _new_file(self, key: tuple[str | None, ...]) -> _OpenFile:
@@ -365,7 +380,7 @@ class DataFileWriter:
         """Store a data file already encoded, named and tracked as every file of this writer."""
         parts = encoded.parts
         lowered = {name.lower(): value for name, value in encoded.partition_values.items()}
-        key = tuple(lowered.get(column.lower()) for column in self.spec.partition_columns)
+        key = tuple(lowered.get(column.lower()) for column in self.spec.partition_keys)
         relative = self._relative_path(key)
         target = f"{self._root}/{relative}"
         self._started.append(target)
@@ -381,7 +396,7 @@ class DataFileWriter:
                     stream.write(part)
         add = AddFile(
             path=encode_log_path(relative),
-            partition_values=dict(zip(self.spec.partition_columns, key, strict=True)),
+            partition_values=dict(zip(self.spec.partition_keys, key, strict=True)),
             size=sum(len(part) for part in parts),
             modification_time=int(time.time() * 1000),
             data_change=True,
@@ -393,7 +408,7 @@ class DataFileWriter:
 
     def _finish(self, key: tuple[str | None, ...]) -> None:
         opened = self._open.pop(key)
-        values = dict(zip(self.spec.partition_columns, key, strict=True))
+        values = dict(zip(self.spec.partition_keys, key, strict=True))
         self._written.append(opened.close(values, int(time.time() * 1000)))
 
     @property

@@ -43,10 +43,11 @@ def partition_values_predicate(
     partition columns: what a dynamic partition overwrite read."""
     columns = list(metadata.partition_columns)
     types = {name: metadata.schema.field(name).type for name in columns}
+    keys = metadata.partition_value_keys
     disjuncts: dict[tuple[Any, ...], Predicate] = {}
     for values in partitions:
         lowered = {str(k).lower(): v for k, v in values.items()}
-        typed = tuple(parse_partition_value(lowered.get(c.lower()), types[c]) for c in columns)
+        typed = tuple(parse_partition_value(lowered.get(keys[c].lower()), types[c]) for c in columns)
         disjuncts[typed] = And(
             tuple(
                 IsNull((column,)) if value is None else Compare((column,), "=", value)
@@ -107,10 +108,11 @@ def partitions_matching(
     schema = pa.schema([(name, arrow_types[name]) for name in columns])
     expression = to_expression(predicate, schema)
     verdicts: dict[PartitionKey, bool] = {}
+    keys = metadata.partition_value_keys
 
     def matches(values: Mapping[str, str | None]) -> bool:
         lowered = {str(k).lower(): v for k, v in values.items()}
-        key = tuple(parse_partition_value(lowered.get(c.lower()), types[c]) for c in columns)
+        key = tuple(parse_partition_value(lowered.get(keys[c].lower()), types[c]) for c in columns)
         if key not in verdicts:
             row = pa.table({c: pa.array([v], arrow_types[c]) for c, v in zip(columns, key, strict=True)})
             verdicts[key] = row.filter(expression).num_rows == 1

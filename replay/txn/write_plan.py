@@ -34,14 +34,14 @@ from dataclasses import dataclass, field, replace
 
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Metadata, Protocol
+from replay.protocol.column_mapping import data_file_schema
 from replay.protocol.column_names import check_column_names
-from replay.protocol.errors import DeltaError, TableNotFoundError, UnsupportedTableFeatureError
+from replay.protocol.errors import DeltaError, TableNotFoundError
 from replay.protocol.schema import PrimitiveType, StructType
 from replay.protocol.sql_predicate import SqlPredicate, parse_predicate
 from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_features import metadata_features, protocol_with
 from replay.protocol.table_properties import (
-    COLUMN_MAPPING_MODE,
     canonical_property_key,
     changed_properties,
     check_table_properties,
@@ -147,17 +147,10 @@ def new_table_protocol(configuration: Mapping[str, str], schema_string: str) -> 
     """The smallest protocol that supports the table properties and types of a new table.
 
     Legacy versions where they suffice (writer 2, 3 for CHECK constraints (``delta.constraints.*``),
-    4 for the change data feed); table features
+    4 for the change data feed, reader 2 / writer 5 for column mapping); table features
     (reader 3 / writer 7) once ``timestamp_ntz``, in-commit timestamps or deletion vectors are
-    needed (see :func:`replay.protocol.table_features.protocol_with`). Raises
-    :class:`UnsupportedTableFeatureError` for column mapping, which this writer cannot write.
+    needed (see :func:`replay.protocol.table_features.protocol_with`).
     """
-    if COLUMN_MAPPING_MODE.value_in(configuration) != "none":
-        raise UnsupportedTableFeatureError(
-            "Cannot create a table with delta.columnMapping.mode: this writer does not write column "
-            "mapping tables",
-            features=["columnMapping"],
-        )
     return protocol_with(Protocol(1, 2), metadata_features(configuration, schema_string))
 
 
@@ -344,6 +337,7 @@ def file_write_spec(
         replace_where=replace_where,
         constraints=config.constraints,
         write_time=datetime.datetime.now(datetime.UTC),
+        file_schema=data_file_schema(schema, config.metadata.configuration),
     )
     spec.compile_constraints()
     return spec
@@ -355,15 +349,14 @@ def _new_table(data_schema: StructType, options: WriteOptions, table: str) -> tu
     _check_partitioning(partition_columns, schema, table)
     configuration = {canonical_property_key(str(k)): str(v) for k, v in options.configuration.items()}
     check_table_properties(configuration)
-    schema_string = schema.to_json()
     metadata = Metadata(
         id=str(uuid.uuid4()),
-        schema_string=schema_string,
         partition_columns=partition_columns,
         configuration=configuration,
         created_time=int(time.time() * 1000),
-    )
-    return new_table_protocol(configuration, schema_string), metadata
+    ).with_schema(schema)  # under column mapping, every column gets its id and physical name
+    schema_string = metadata.schema_string or ""
+    return new_table_protocol(metadata.configuration, schema_string), metadata
 
 
 def _existing_table(
@@ -380,7 +373,7 @@ def _existing_table(
         _check_partitioning(partition_columns, schema, table)
         if schema == table_schema and partition_columns == existing:
             return snapshot.protocol, metadata, False
-        changed = replace(metadata, schema_string=schema.to_json(), partition_columns=partition_columns)
+        changed = metadata.with_schema(schema, partition_columns=partition_columns)
         return snapshot.protocol, changed, True
     partitioning_differs = given is not None and [c.lower() for c in given] != [c.lower() for c in existing]
     try:
@@ -393,7 +386,7 @@ def _existing_table(
         raise _mismatch(metadata, data_schema, options, given if partitioning_differs else None, existing)
     if merged == table_schema:
         return snapshot.protocol, metadata, False
-    return snapshot.protocol, replace(metadata, schema_string=merged.to_json()), True
+    return snapshot.protocol, metadata.with_schema(merged), True
 
 
 def _mismatch(

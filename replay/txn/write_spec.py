@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import pyarrow as pa
@@ -48,6 +48,9 @@ class FileWriteSpec:
     replace_where: str | None = None
     constraints: TableConstraints = field(default_factory=TableConstraints)
     write_time: _dt.datetime | None = None
+    file_schema: pa.Schema | None = None
+    """Under column mapping, the data files' names and field ids for :attr:`schema`, field for
+    field (:func:`~replay.protocol.column_mapping.data_file_schema`); ``None`` without."""
 
     def compile_constraints(self) -> RowConstraints | None:
         """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
@@ -60,6 +63,46 @@ class FileWriteSpec:
         constraints, not the file schema, keep the others non-null)."""
         partitions = set(self.partition_columns)
         return pa.schema([f for f in relaxed_schema(self.schema) if f.name not in partitions])
+
+    @cached_property
+    def stored_schema(self) -> pa.Schema:
+        """:attr:`data_schema` as data files store it: under column mapping, with the files'
+        names and field ids (:func:`to_stored_columns` renames rows to it)."""
+        if self.file_schema is None:
+            return self.data_schema
+        partitions = set(self.partition_columns)
+        pairs = zip(self.schema, self.file_schema, strict=True)
+        return relaxed_schema(pa.schema([stored for f, stored in pairs if f.name not in partitions]))
+
+    @cached_property
+    def partition_keys(self) -> tuple[str, ...]:
+        """The partition columns' keys in an ``add``'s ``partitionValues`` (under column mapping
+        their physical names)."""
+        if self.file_schema is None:
+            return self.partition_columns
+        names = self.schema.names
+        return tuple(self.file_schema.field(names.index(column)).name for column in self.partition_columns)
+
+    def with_column(self, column: pa.Field) -> FileWriteSpec:
+        """This spec with one more column, stored under its own name (``_change_type``)."""
+        stored = self.file_schema.append(column) if self.file_schema is not None else None
+        return replace(self, schema=self.schema.append(column), file_schema=stored, max_records_per_file=None)
+
+
+def to_stored_columns(rows: pa.Table, stored: pa.Schema) -> pa.Table:
+    """``rows`` (the columns of a spec's :attr:`~FileWriteSpec.data_schema`, in order) under the
+    names and field ids of ``stored`` (its :attr:`~FileWriteSpec.stored_schema`). Nested fields
+    are renamed by a zero-copy view of the same buffers; a dictionary column keeps its type."""
+    arrays: list[pa.ChunkedArray] = []
+    fields: list[pa.Field] = []
+    for column, target in zip(rows.columns, stored, strict=True):
+        data_type = column.type
+        if pa.types.is_dictionary(data_type) or data_type.equals(target.type, check_metadata=True):
+            arrays.append(column)
+        else:
+            arrays.append(pa.chunked_array([c.view(target.type) for c in column.chunks], type=target.type))
+        fields.append(target.with_type(arrays[-1].type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def conform(

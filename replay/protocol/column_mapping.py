@@ -1,0 +1,142 @@
+"""Column mapping as writers see it: the names and ids that data files, statistics and
+``partitionValues`` use.
+
+Under ``delta.columnMapping.mode`` ``name`` or ``id``, a column is known in data files, in file
+statistics and in ``partitionValues`` by its physical name
+(``delta.columnMapping.physicalName``), at every nesting level; in ``id`` mode the Parquet
+schema also gives each field its column mapping id (``delta.columnMapping.id``) as its field id.
+Delta writes field ids only in ``id`` mode, and so does this writer. Without column mapping all
+of these are the logical names. New columns of a mapped table get the next ids after
+``delta.columnMapping.maxColumnId`` and fresh ``col-<uuid>`` physical names, as Delta gives them
+(:func:`assign_column_mapping`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from replay.protocol.schema import (
+    FIELD_ID_KEY,
+    PHYSICAL_NAME_KEY,
+    ArrayType,
+    DataType,
+    MapType,
+    StructField,
+    StructType,
+)
+from replay.protocol.table_properties import COLUMN_MAPPING_MODE
+
+MAX_COLUMN_ID_KEY = "delta.columnMapping.maxColumnId"
+PARQUET_FIELD_ID = b"PARQUET:field_id"
+"""The Arrow field metadata key pyarrow writes as a Parquet field id."""
+
+
+def is_mapped(configuration: Mapping[str, str]) -> bool:
+    """Whether a table with ``configuration`` uses column mapping (mode ``name`` or ``id``)."""
+    return COLUMN_MAPPING_MODE.value_in(configuration) != "none"
+
+
+def data_file_schema(schema: StructType, configuration: Mapping[str, str]) -> pa.Schema | None:
+    """The Arrow schema data files of a table with ``schema`` and ``configuration`` are written
+    with, field for field as ``schema.to_arrow()``: physical names at every level and, in ``id``
+    mode, Parquet field ids. ``None`` without column mapping (the files use the logical names)."""
+    mode = COLUMN_MAPPING_MODE.value_in(configuration)
+    if mode == "none":
+        return None
+    return pa.schema([_file_field(f, with_ids=mode == "id") for f in schema.fields])
+
+
+def _file_field(struct_field: StructField, *, with_ids: bool) -> pa.Field:
+    field_id = struct_field.field_id
+    metadata = {PARQUET_FIELD_ID: str(field_id).encode()} if with_ids and field_id is not None else None
+    data_type = _file_type(struct_field.type, with_ids=with_ids)
+    return pa.field(struct_field.physical_name, data_type, struct_field.nullable, metadata=metadata)
+
+
+def _file_type(data_type: DataType, *, with_ids: bool) -> pa.DataType:
+    if isinstance(data_type, StructType):
+        return pa.struct([_file_field(f, with_ids=with_ids) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        element = _file_type(data_type.element_type, with_ids=with_ids)
+        return pa.list_(pa.field("element", element, data_type.contains_null))
+    if isinstance(data_type, MapType):
+        key = _file_type(data_type.key_type, with_ids=with_ids)
+        value = _file_type(data_type.value_type, with_ids=with_ids)
+        return pa.map_(pa.field("key", key, False), pa.field("value", value, data_type.value_contains_null))
+    return data_type.to_arrow()
+
+
+def partition_value_keys(schema: StructType, partition_columns: list[str], mapped: bool) -> dict[str, str]:
+    """Each partition column's key in an ``add``'s ``partitionValues``: its physical name under
+    column mapping (``mapped``), else its name."""
+    if not mapped:
+        return {column: column for column in partition_columns}
+    by_name = {f.name: f for f in schema.fields}
+    return {column: by_name[column].physical_name for column in partition_columns}
+
+
+def partition_value(values: Mapping[str, str | None], struct_field: StructField, mapped: bool) -> str | None:
+    """A partition column's serialised value in ``partitionValues``: under its physical name under
+    column mapping (``mapped``; the logical name when the physical one is absent), else its name."""
+    if mapped and struct_field.physical_name in values:
+        return values[struct_field.physical_name]
+    return values.get(struct_field.name)
+
+
+def max_column_id(schema: StructType, configuration: Mapping[str, str]) -> int:
+    """The largest column mapping id in use: ``delta.columnMapping.maxColumnId``, or the largest
+    id of the schema's fields if that is larger (or missing)."""
+    declared = configuration.get(MAX_COLUMN_ID_KEY)
+    largest = max((i for i in _ids(schema)), default=0)
+    return max(largest, int(declared) if declared is not None and declared.isdigit() else 0)
+
+
+def _ids(data_type: DataType) -> list[int]:
+    ids: list[int] = []
+    if isinstance(data_type, StructType):
+        for struct_field in data_type.fields:
+            if struct_field.field_id is not None:
+                ids.append(struct_field.field_id)
+            ids += _ids(struct_field.type)
+    elif isinstance(data_type, ArrayType):
+        ids += _ids(data_type.element_type)
+    elif isinstance(data_type, MapType):
+        ids += _ids(data_type.key_type) + _ids(data_type.value_type)
+    return ids
+
+
+def assign_column_mapping(schema: StructType, last_id: int) -> tuple[StructType, int]:
+    """``schema`` with an id and a physical name for every field (nested ones too) that has
+    none, numbered on from ``last_id`` in the order the fields appear; and the last id given.
+    Fields that have them keep theirs."""
+    counter = [last_id]
+    assigned = _assign_struct(schema, counter)
+    return assigned, counter[0]
+
+
+def _assign_struct(struct: StructType, counter: list[int]) -> StructType:
+    fields = []
+    for struct_field in struct.fields:
+        metadata = dict(struct_field.metadata)
+        if FIELD_ID_KEY not in metadata:
+            counter[0] += 1
+            metadata[FIELD_ID_KEY] = counter[0]
+        if PHYSICAL_NAME_KEY not in metadata:
+            metadata[PHYSICAL_NAME_KEY] = f"col-{uuid.uuid4()}"
+        data_type = _assign_type(struct_field.type, counter)
+        fields.append(StructField(struct_field.name, data_type, struct_field.nullable, metadata))
+    return StructType(fields)
+
+
+def _assign_type(data_type: DataType, counter: list[int]) -> DataType:
+    if isinstance(data_type, StructType):
+        return _assign_struct(data_type, counter)
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_assign_type(data_type.element_type, counter), data_type.contains_null)
+    if isinstance(data_type, MapType):
+        key = _assign_type(data_type.key_type, counter)
+        return MapType(key, _assign_type(data_type.value_type, counter), data_type.value_contains_null)
+    return data_type
