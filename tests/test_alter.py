@@ -119,8 +119,8 @@ def test_keys_and_values_are_checked(tmp_path: Path) -> None:
         table.alter.set_table_properties({"delta.checkpointInterval": "-1"})
     with pytest.raises(InvalidTablePropertyError, match=r"^\[DELTA_ADD_CONSTRAINTS\]"):
         table.alter.set_table_properties({"delta.constraints.x": "a > 0"})
-    with pytest.raises(UnsupportedTableFeatureError, match="columnMapping"):
-        table.alter.set_table_properties({"delta.columnMapping.mode": "name"})
+    with pytest.raises(UnsupportedTableFeatureError, match="from 'none' to 'id'"):
+        table.alter.set_table_properties({"delta.columnMapping.mode": "id"})  # only "name" may be turned on
     with pytest.raises(UnsupportedTableFeatureError, match="rowTracking"):  # a feature it cannot write
         table.alter.set_table_properties({"delta.enableRowTracking": "true"})
     assert table.version() == 0  # nothing was committed

@@ -523,7 +523,10 @@ def test_the_maintenance_examples_on_s3(example_tables: ExampleTables) -> None:
     run_example(ALTER, namespace={"table": table, "pa": pa})
     snapshot = DeltaLog.for_table(uri, conf).update()
     assert snapshot.config.change_data_feed_enabled and "owner" not in snapshot.metadata.configuration
-    assert "note" in snapshot.schema.field_names
+    assert snapshot.metadata.column_mapping_mode == "name"
+    assert "note" not in snapshot.schema.field_names and "remark" not in snapshot.schema.field_names
+    changes = [entry["operation"] for entry in DeltaLog.for_table(uri, conf).history(3)]
+    assert changes == ["DROP COLUMNS", "RENAME COLUMN", "SET TBLPROPERTIES"]
 
 
 def test_the_cdc_to_merge_pipeline_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

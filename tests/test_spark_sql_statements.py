@@ -58,6 +58,11 @@ def test_statements_parse_to_their_parts() -> None:
     assert isinstance(optimize, ast.Optimize) and (optimize.where, optimize.zorder) == ("p = 'a'", ("x", "y"))
     restore = parse_statement("RESTORE t TO TIMESTAMP AS OF '2024-01-31'")
     assert isinstance(restore, ast.Restore) and (restore.version, restore.timestamp) == (None, "2024-01-31")
+    rename = parse_statement("ALTER TABLE t RENAME COLUMN s.`a b` TO `c.d`")
+    assert rename == ast.RenameColumn(rename.table, ("s", "a b"), "c.d")  # type: ignore[union-attr]
+    drop = parse_statement("ALTER TABLE t DROP COLUMNS IF EXISTS (a, s.b)")
+    assert drop == ast.DropColumns(drop.table, (("a",), ("s", "b")), True)  # type: ignore[union-attr]
+    assert parse_statement("alter table t drop column a") == ast.DropColumns(drop.table, (("a",),), False)
     props = parse_statement("ALTER TABLE t SET TBLPROPERTIES ('delta.appendOnly' = 'true', a.b = 1, c true)")
     assert isinstance(props, ast.SetProperties)
     assert props.properties == (("delta.appendOnly", "true"), ("a.b", "1"), ("c", "true"))
@@ -145,6 +150,10 @@ def test_maintenance_statements_match_the_delta_table_api(spark: Any, tmp_path: 
     finally:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     assert _rows(uri) == [(1, 10), (1, 10), (2, 20), (3, 30), (4, 40)]
+    sql(spark, "ALTER TABLE events SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    sql(spark, "ALTER TABLE events RENAME COLUMN v TO `the value`")
+    sql(spark, "ALTER TABLE events DROP COLUMN IF EXISTS (nothing)")
+    assert spark.read.format("deltalog").load(uri).columns == ["id", "the value", "p"]
     assert unregister_table(spark, "events")
 
 

@@ -50,9 +50,11 @@ def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay import DeltaTable
     from replay.cli import output
 
-    if not (args.set or args.unset or args.add_constraint or args.drop_constraint or args.add_feature):
+    changes = (args.set, args.unset, args.add_constraint, args.drop_constraint, args.add_feature)
+    if not any(changes) and not args.rename_column and not args.drop_column:
         args.usage_error(
-            "nothing to change: give --set, --unset, --add-feature, --add-constraint or --drop-constraint"
+            "nothing to change: give --set, --unset, --add-feature, --add-constraint, --drop-constraint, "
+            "--rename-column or --drop-column"
         )
     table = DeltaTable(args.uri, conf=conf)
     alter = table.alter
@@ -67,6 +69,10 @@ def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
             alter.add_constraint({name: expression})
         for name in args.drop_constraint:
             alter.drop_constraint(name, raise_if_not_exists=not args.if_exists)
+        for column, new_name in args.rename_column:
+            alter.rename_column(column, new_name)
+        if args.drop_column:
+            alter.drop_columns(args.drop_column, raise_if_not_exists=not args.if_exists)
     protocol = table.protocol()
     shown: dict[str, Any] = {
         "version": table.version(),
@@ -98,13 +104,19 @@ def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     restore.add_argument("--ignore-missing-files", action="store_true")
     restore.add_argument("--json", action="store_true")
 
-    alter = command("alter", cmd_alter, "Change a table's properties, features and CHECK constraints.")
+    alter = command(
+        "alter", cmd_alter, "Change a table's properties, features, CHECK constraints and (mapped) columns."
+    )
     alter.add_argument("uri")
     alter.add_argument("--set", action="append", type=pair, default=[], metavar="KEY=VALUE")
     alter.add_argument("--unset", action="append", default=[], metavar="KEY")
     alter.add_argument("--add-feature", action="append", default=[], metavar="NAME")
     alter.add_argument("--add-constraint", action="append", type=pair, default=[], metavar="NAME=EXPR")
     alter.add_argument("--drop-constraint", action="append", default=[], metavar="NAME")
-    alter.add_argument("--if-exists", action="store_true", help="--unset/--drop-constraint: missing is fine")
+    alter.add_argument("--rename-column", action="append", type=pair, default=[], metavar="COLUMN=NEW_NAME")
+    alter.add_argument("--drop-column", action="append", default=[], metavar="COLUMN")
+    alter.add_argument(
+        "--if-exists", action="store_true", help="--unset/--drop-constraint/--drop-column: missing is fine"
+    )
     alter.add_argument("--json", action="store_true")
     alter.set_defaults(usage_error=alter.error)

@@ -7,11 +7,11 @@ constraint, as Delta does), through :mod:`~replay.maintenance.alter_properties`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from replay.log.table_io import TableIO
-from replay.maintenance import alter_columns, alter_constraints, alter_properties
+from replay.maintenance import alter_columns, alter_constraints, alter_mapped_columns, alter_properties
 from replay.state.snapshot import Snapshot
 
 _DELTA_RS_FEATURE_NAMES = {
@@ -94,6 +94,21 @@ class TableAlterer:
     def set_column_metadata(self, column: str, metadata: Mapping[str, Any]) -> None:
         """Merge ``metadata`` into a column's metadata (``a.b`` for a struct field)."""
         self._done(alter_columns.set_column_metadata(self._io, self._latest(), column, metadata))
+
+    def rename_column(self, column: str, new_name: str) -> None:
+        """Rename a column (``a.b`` for a struct field): Delta's ALTER TABLE RENAME COLUMN, a
+        metadata-only change that needs column mapping (:mod:`replay.maintenance.alter_mapped_columns`)."""
+        self._done(alter_mapped_columns.rename_column(self._io, self._latest(), column, new_name))
+
+    def drop_columns(self, columns: str | Sequence[str], raise_if_not_exists: bool = True) -> None:
+        """Drop columns (``a.b`` for a struct field): Delta's ALTER TABLE DROP COLUMNS [IF EXISTS],
+        metadata-only, under column mapping."""
+        given = [columns] if isinstance(columns, str) else list(columns)
+        version = alter_mapped_columns.drop_columns(
+            self._io, self._latest(), given, if_exists=not raise_if_not_exists
+        )
+        if version is not None:
+            self._done(version)
 
     def add_constraint(self, constraints: Mapping[str, str]) -> None:
         """Add CHECK constraints ``{name: SQL expression}``, each checked against every row first,

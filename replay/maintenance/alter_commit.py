@@ -3,7 +3,7 @@
 An ALTER is a metadata-only commit (plus a protocol upgrade when the new metadata needs one, see
 :func:`replay.protocol.table_features.protocol_for_metadata`). Features this library cannot
 write for a table that uses them are refused before anything is committed: a metadata change
-that would start using column mapping, generated or identity columns or column invariants
+that would start using generated or identity columns or column invariants
 (writers would have to maintain them); features it does not know at all are refused by the
 commit's own protocol check.
 """
@@ -24,9 +24,7 @@ from replay.protocol.table_features import (
 from replay.state.snapshot import Snapshot
 from replay.txn.transaction import Transaction
 
-UNWRITABLE_METADATA_FEATURES = frozenset(
-    {"columnMapping", "generatedColumns", "identityColumns", "invariants"}
-)
+UNWRITABLE_METADATA_FEATURES = frozenset({"generatedColumns", "identityColumns", "invariants"})
 """Features a metadata change may not start using: this library's writers cannot maintain them."""
 
 

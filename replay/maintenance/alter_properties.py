@@ -25,6 +25,8 @@ import orjson
 from replay.log.table_io import TableIO
 from replay.maintenance.alter_commit import commit_alter
 from replay.protocol.actions import Protocol
+from replay.protocol.column_mapping import is_mapped
+from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.protocol.table_features import (
     FEATURE_PROPERTY_PREFIX,
     MIN_READER_VERSION_KEY,
@@ -34,7 +36,6 @@ from replay.protocol.table_features import (
     protocol_with,
     protocol_with_versions,
     table_feature,
-    unsupported_feature_error,
     uses_table_features,
 )
 from replay.protocol.table_properties import (
@@ -77,7 +78,8 @@ def set_table_properties(
     does not define. Raises :class:`InvalidTablePropertyError` naming the key (unknown key, bad
     value, a CHECK constraint), :class:`InvalidTableFeatureError` (unknown feature, bad status,
     protocol downgrade), :class:`~replay.protocol.errors.UnsupportedTableFeatureError` for what
-    this library cannot write (column mapping, ...), and Delta's conflict exceptions.
+    this library cannot write and for a column mapping change other than turning it on (``none``
+    to ``name``), and Delta's conflict exceptions.
     """
     given = {str(key): str(value) for key, value in properties.items()}
     checked = check_property_keys(given, allow_arbitrary=not raise_if_not_exists or _arbitrary_allowed(io))
@@ -105,17 +107,32 @@ def set_table_properties(
         else:
             configuration[key] = value
     check_table_properties(configuration)
-    _check_column_mapping_unchanged(metadata.configuration or {}, configuration, io.shown_path)
+    _check_column_mapping_change(metadata.configuration or {}, configuration, io.shown_path)
     protocol = protocol_with_versions(snapshot.protocol, reader, writer)
     if features:
         protocol = protocol_with(protocol, features, table_features=True)
-    changed = dataclasses.replace(metadata, configuration=configuration, description=description)
+    if is_mapped(configuration) and not is_mapped(metadata.configuration or {}):
+        # Column mapping turned on: every field gets an id, and its name as its physical name
+        # (the files written so far name the columns that way), as Delta does it.
+        schema = metadata.schema
+        changed = metadata.with_schema(
+            schema, keep_names=True, configuration=configuration, description=description
+        )
+    else:
+        changed = dataclasses.replace(metadata, configuration=configuration, description=description)
     return commit_alter(io, snapshot, "SET TBLPROPERTIES", {"properties": given}, changed, protocol=protocol)
 
 
-def _check_column_mapping_unchanged(before: Mapping[str, str], after: Mapping[str, str], table: str) -> None:
-    if COLUMN_MAPPING_MODE.value_in(before) != COLUMN_MAPPING_MODE.value_in(after):
-        raise unsupported_feature_error(["columnMapping"], table, f"change {COLUMN_MAPPING_MODE.key}")
+def _check_column_mapping_change(before: Mapping[str, str], after: Mapping[str, str], table: str) -> None:
+    """Delta's rule: column mapping may only be turned on, from ``none`` to ``name``."""
+    old, new = COLUMN_MAPPING_MODE.value_in(before), COLUMN_MAPPING_MODE.value_in(after)
+    if old != new and not (old == "none" and new == "name"):
+        raise UnsupportedTableFeatureError(
+            f"[DELTA_UNSUPPORTED_COLUMN_MAPPING_MODE_CHANGE] Changing column mapping mode from '{old}' to "
+            f"'{new}' is not supported (table {table}).",
+            table=table,
+            features=["columnMapping"],
+        )
 
 
 def unset_table_properties(
@@ -154,7 +171,7 @@ def unset_table_properties(
                 f"[DELTA_UNSET_NON_EXISTENT_PROPERTY] Attempted to unset non-existent property '{key}' in "
                 f"table {io.shown_path}"
             )
-    _check_column_mapping_unchanged(metadata.configuration or {}, configuration, io.shown_path)
+    _check_column_mapping_change(metadata.configuration or {}, configuration, io.shown_path)
     changed = dataclasses.replace(metadata, configuration=configuration, description=description)
     return commit_alter(
         io,

@@ -197,14 +197,15 @@ class Metadata(_Action):
         """``none``, ``name`` or ``id`` (``delta.columnMapping.mode``)."""
         return COLUMN_MAPPING_MODE.value_in(self.configuration)
 
-    def with_schema(self, schema: StructType, **changes: Any) -> Metadata:
-        """This metadata with ``schema`` (and the other fields in ``changes``). Under column mapping,
-        fields new to the table get ids after ``delta.columnMapping.maxColumnId`` and physical names
-        (:func:`~replay.protocol.column_mapping.assign_column_mapping`), and the maximum follows."""
-        configuration = self.configuration
-        if self.column_mapping_mode != "none":
+    def with_schema(self, schema: StructType, *, keep_names: bool = False, **changes: Any) -> Metadata:
+        """This metadata with ``schema`` (and the other fields in ``changes``, ``configuration``
+        among them). Under column mapping, fields new to the table get ids after
+        ``delta.columnMapping.maxColumnId`` and physical names (``keep_names``: their names;
+        :func:`~replay.protocol.column_mapping.assign_column_mapping`), and the maximum follows."""
+        configuration = changes.pop("configuration", self.configuration)
+        if COLUMN_MAPPING_MODE.value_in(configuration) != "none":
             last = max_column_id(self.schema, configuration) if self.schema_string else 0
-            schema, last = assign_column_mapping(schema, last)
+            schema, last = assign_column_mapping(schema, last, keep_names=keep_names)
             configuration = {**configuration, MAX_COLUMN_ID_KEY: str(last)}
         return dataclasses.replace(
             self, schema_string=schema.to_json(), configuration=configuration, **changes

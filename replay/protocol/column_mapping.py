@@ -108,16 +108,20 @@ def _ids(data_type: DataType) -> list[int]:
     return ids
 
 
-def assign_column_mapping(schema: StructType, last_id: int) -> tuple[StructType, int]:
+def assign_column_mapping(
+    schema: StructType, last_id: int, *, keep_names: bool = False
+) -> tuple[StructType, int]:
     """``schema`` with an id and a physical name for every field (nested ones too) that has
     none, numbered on from ``last_id`` in the order the fields appear; and the last id given.
-    Fields that have them keep theirs."""
+    Fields that have them keep theirs. New physical names are ``col-<uuid>``; with
+    ``keep_names`` (column mapping turned on for a table whose files name columns as the
+    schema does, as Delta does it) they are the fields' names."""
     counter = [last_id]
-    assigned = _assign_struct(schema, counter)
+    assigned = _assign_struct(schema, counter, keep_names)
     return assigned, counter[0]
 
 
-def _assign_struct(struct: StructType, counter: list[int]) -> StructType:
+def _assign_struct(struct: StructType, counter: list[int], keep_names: bool) -> StructType:
     fields = []
     for struct_field in struct.fields:
         metadata = dict(struct_field.metadata)
@@ -125,18 +129,19 @@ def _assign_struct(struct: StructType, counter: list[int]) -> StructType:
             counter[0] += 1
             metadata[FIELD_ID_KEY] = counter[0]
         if PHYSICAL_NAME_KEY not in metadata:
-            metadata[PHYSICAL_NAME_KEY] = f"col-{uuid.uuid4()}"
-        data_type = _assign_type(struct_field.type, counter)
+            metadata[PHYSICAL_NAME_KEY] = struct_field.name if keep_names else f"col-{uuid.uuid4()}"
+        data_type = _assign_type(struct_field.type, counter, keep_names)
         fields.append(StructField(struct_field.name, data_type, struct_field.nullable, metadata))
     return StructType(fields)
 
 
-def _assign_type(data_type: DataType, counter: list[int]) -> DataType:
+def _assign_type(data_type: DataType, counter: list[int], keep_names: bool) -> DataType:
     if isinstance(data_type, StructType):
-        return _assign_struct(data_type, counter)
+        return _assign_struct(data_type, counter, keep_names)
     if isinstance(data_type, ArrayType):
-        return ArrayType(_assign_type(data_type.element_type, counter), data_type.contains_null)
+        return ArrayType(_assign_type(data_type.element_type, counter, keep_names), data_type.contains_null)
     if isinstance(data_type, MapType):
-        key = _assign_type(data_type.key_type, counter)
-        return MapType(key, _assign_type(data_type.value_type, counter), data_type.value_contains_null)
+        key = _assign_type(data_type.key_type, counter, keep_names)
+        value = _assign_type(data_type.value_type, counter, keep_names)
+        return MapType(key, value, data_type.value_contains_null)
     return data_type

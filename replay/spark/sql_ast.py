@@ -58,7 +58,7 @@ UNSUPPORTED: dict[str, tuple[str, str]] = {
 }
 ALTER_HINT = (
     "DeltaTable.setProperties / unsetProperties / addFeatureSupport, or replay.DeltaTable(uri).alter "
-    "(add_columns, add_constraint, drop_constraint, set_column_metadata)"
+    "(add_columns, add_constraint, drop_constraint, set_column_metadata, rename_column, drop_columns)"
 )
 
 
@@ -190,6 +190,20 @@ class DropConstraint:
 
 
 @dataclass(frozen=True)
+class RenameColumn:
+    table: TableRef
+    column: tuple[str, ...]
+    new_name: str
+
+
+@dataclass(frozen=True)
+class DropColumns:
+    table: TableRef
+    columns: tuple[tuple[str, ...], ...]
+    if_exists: bool
+
+
+@dataclass(frozen=True)
 class Delete:
     table: TableRef
     condition: str | None
@@ -259,6 +273,8 @@ Statement = (
     | UnsetProperties
     | AddConstraint
     | DropConstraint
+    | RenameColumn
+    | DropColumns
     | Delete
     | Update
     | Merge

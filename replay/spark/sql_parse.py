@@ -282,10 +282,35 @@ class StatementParser(TokenCursor[Token]):
             name = self.identifier("a constraint name")
             self.finish()
             return ast.DropConstraint(table, name, if_exists)
+        if self.token.is_word("rename") and self.peek().is_word("column"):
+            self.index += 2
+            column = self.column_path()
+            self.expect_word("to")
+            new_name = self.identifier("a column name")
+            self.finish()
+            return ast.RenameColumn(table, column, new_name)
+        if self.token.is_word("drop") and (self.peek().is_word("column") or self.peek().is_word("columns")):
+            self.index += 2
+            if_exists = self.if_exists()
+            listed = self.take_op("(") is not None
+            columns = [self.column_path()]
+            while self.take_op(","):
+                columns.append(self.column_path())
+            if listed:
+                self.expect_op(")")
+            self.finish()
+            return ast.DropColumns(table, tuple(columns), if_exists)
         words = " ".join(
             token.text.upper() for token in self.tokens[self.index : self.index + 2] if token.kind == "word"
         )
         raise UnsupportedStatementError(f"ALTER TABLE ... {words}".rstrip(), ALTER_HINT)
+
+    def column_path(self) -> tuple[str, ...]:
+        """A column, ``a`` or ``s.f`` (parts backquoted where needed)."""
+        parts = [self.identifier("a column name")]
+        while self.take_op("."):
+            parts.append(self.identifier("a field name"))
+        return tuple(parts)
 
     def if_exists(self) -> bool:
         if self.take_word("if"):

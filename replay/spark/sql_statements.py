@@ -21,8 +21,10 @@ from typing import Any
 
 from replay.dml.assignments import check_unique
 from replay.maintenance.alter_constraints import add_constraint, drop_constraint
+from replay.maintenance.alter_mapped_columns import drop_columns, rename_column
 from replay.maintenance.optimize_plan import OptimizeMode
 from replay.maintenance.vacuum import vacuum
+from replay.protocol.constraints import column_path_name
 from replay.spark import sql_ast as ast
 from replay.spark.delta_table import DeltaTable
 from replay.spark.dml_scan import SparkTarget
@@ -135,6 +137,14 @@ def _run(spark: Any, statement: ast.Statement) -> Any:
             add_constraint(log.io, log.update(), statement.name, statement.expression)
         else:
             drop_constraint(log.io, log.update(), statement.name, raise_if_not_exists=not statement.if_exists)
+        return _empty(spark)
+    if isinstance(statement, ast.RenameColumn | ast.DropColumns):
+        log = _target(spark, statement.table).log()
+        if isinstance(statement, ast.RenameColumn):
+            rename_column(log.io, log.update(), column_path_name(statement.column), statement.new_name)
+        else:
+            paths = [column_path_name(path) for path in statement.columns]
+            drop_columns(log.io, log.update(), paths, if_exists=statement.if_exists)
         return _empty(spark)
     if isinstance(statement, ast.Delete):
         return _table(spark, _default_alias(statement.table)).delete(statement.condition)
