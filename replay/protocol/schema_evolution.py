@@ -150,6 +150,30 @@ def _explode_type(data_type: DataType, physical: bool) -> Iterator[tuple[FieldPa
             yield (_MAP_VALUE, *path), nested
 
 
+def changed_types(old: StructType, new: StructType) -> list[tuple[FieldPath, str, str]]:
+    """The fields (physical paths) present in both schemas whose type changed, with the types'
+    names before and after. Structs count as one shape (their own fields are compared on their
+    own paths), so adding a field is no type change; an array or map whose element, key or value
+    type changed is."""
+    before = {path: _shape(f.type) for path, f in explode(old, physical=True)}
+    changes = []
+    for path, struct_field in explode(new, physical=True):
+        shape = _shape(struct_field.type)
+        if path in before and before[path] != shape:
+            changes.append((path, before[path], shape))
+    return changes
+
+
+def _shape(data_type: DataType) -> str:
+    if isinstance(data_type, StructType):
+        return "struct"
+    if isinstance(data_type, ArrayType):
+        return f"array<{_shape(data_type.element_type)}>"
+    if isinstance(data_type, MapType):
+        return f"map<{_shape(data_type.key_type)},{_shape(data_type.value_type)}>"
+    return data_type.name
+
+
 def physical_field_map(schema: StructType) -> dict[FieldPath, StructField]:
     """Physical path -> field of every field (Delta's ``getPhysicalNameFieldMap``).
 

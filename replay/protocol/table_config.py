@@ -17,6 +17,7 @@ from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.constraints import TableConstraints, table_constraints
 from replay.protocol.errors import AppendOnlyTableError, UnsupportedTableFeatureError
 from replay.protocol.isolation import IsolationLevel
+from replay.protocol.schema_evolution import changed_types
 from replay.protocol.table_properties import (
     APPEND_ONLY,
     AUTO_COMPACT,
@@ -65,10 +66,14 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "domainMetadata",
         "vacuumProtocolCheck",
         "columnMapping",
+        "typeWidening",
+        "typeWidening-preview",
     }
 )
 """Writer features whose tables this library can write to: it enforces invariants, CHECK
-constraints and NOT NULL columns on every written row and computes or checks generated columns."""
+constraints and NOT NULL columns on every written row and computes or checks generated columns;
+on a table with type widening it keeps ``delta.typeChanges`` and changes no column's type."""
+TYPE_WIDENING_FEATURES = frozenset({"typeWidening", "typeWidening-preview"})
 WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset({"identityColumns"})
 """Writer features that do not concern this writer as long as the table does not use them."""
 
@@ -299,3 +304,23 @@ class TableConfiguration:
             check_protocol_writable(config.protocol, self.table)
         if removes_data and (self.append_only or (previous is not None and previous.append_only)):
             raise append_only_error(self.table)
+        if previous is not None and previous.metadata.schema_string != self.metadata.schema_string:
+            self._check_type_changes(previous)
+
+    def _check_type_changes(self, previous: TableConfiguration) -> None:
+        """On a table that supports type widening, a schema change may not change a column's type:
+        Delta requires a writer to record it (``delta.typeChanges``), which this one does not do
+        (Delta's ``ALTER TABLE ... CHANGE COLUMN ... TYPE`` does)."""
+        features = set(self.protocol.writer_features or ()) | set(previous.protocol.writer_features or ())
+        if not features & TYPE_WIDENING_FEATURES:
+            return
+        changed = changed_types(previous.metadata.schema, self.metadata.schema)
+        if changed:
+            path, before, after = changed[0]
+            raise UnsupportedTableFeatureError(
+                f"Cannot change the type of column {'.'.join(path)} of table {self.table} from {before} to "
+                f"{after}: the table supports type widening, whose type changes this writer does not "
+                "record (use ALTER TABLE ... CHANGE COLUMN ... TYPE with Delta Lake on Spark)",
+                table=self.table,
+                features=sorted(features & TYPE_WIDENING_FEATURES),
+            )
