@@ -10,7 +10,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
 from replay.delta_log import DeltaLog
 from replay.log.last_checkpoint import last_checkpoint_checksum, read_last_checkpoint
@@ -24,7 +24,6 @@ from replay.protocol.actions import (
     SetTransaction,
 )
 from replay.protocol.arrow_actions import CHECKPOINT_SCHEMA
-from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.txn.checkpoint_writer import checkpoint_table, split_parts, write_checkpoint
 from replay.txn.transaction import commit_actions as commit
 from replay.txn.write import write_table
@@ -221,15 +220,25 @@ def test_checkpoint_through_a_rename_store_leaves_no_temp_files(tmp_path: Path) 
     assert names == [f"{0:020d}.json", f"{1:020d}.checkpoint.parquet", f"{1:020d}.json", "_last_checkpoint"]
 
 
-def test_v2_checkpoint_tables_are_refused(tmp_path: Path) -> None:
-    protocol = Protocol(3, 7, ["v2Checkpoint"], ["v2Checkpoint"])
-    with pytest.raises(
-        UnsupportedTableFeatureError, match=r"DELTA_UNSUPPORTED_FEATURES_FOR_WRITE.*v2Checkpoint"
-    ):
-        new_log(str(tmp_path / "t"), protocol=protocol)  # this library does not commit to such tables
-    log = DeltaLog.for_table(str(tmp_path / "t"))
-    (tmp_path / "t" / "_delta_log").mkdir(parents=True)
-    metadata = Metadata(id="table-id", schema_string=SCHEMA)
-    log.store.write(f"{log.log_path}/{0:020d}.json", [protocol.json(), metadata.json()])
-    with pytest.raises(UnsupportedTableFeatureError, match=r"classic checkpoint for table .*v2Checkpoint"):
-        log.checkpoint()
+def test_v2_checkpoint_tables_get_v2_checkpoints_read_by_us_and_deltars(tmp_path: Path) -> None:
+    """A V2 checkpoint under the classic name: one file (whatever the part size), a
+    ``checkpointMetadata`` row of its own, every file inline; delta-rs reads the table from it."""
+    uri = str(tmp_path / "t")
+    write_table(uri, pa.table({"a": [1, 2]}), configuration={"delta.checkpointPolicy": "v2"})
+    assert DeltaTable(uri).protocol().writer_features is not None
+    for value in range(3, 6):
+        write_table(uri, pa.table({"a": [value]}), mode="append")
+    log = DeltaLog.for_table(uri, {"spark.databricks.delta.checkpoint.partSize": "1"})
+    result = log.checkpoint()
+    assert len(result.paths) == 1 and result.paths[0].endswith(f"{3:020d}.checkpoint.parquet")
+    table = pq.read_table(result.paths[0].removeprefix("file://"))
+    assert table.column_names == [*CHECKPOINT_SCHEMA.names, "checkpointMetadata"]
+    markers = [row for row in table.column("checkpointMetadata").to_pylist() if row is not None]
+    assert markers == [{"version": 3, "tags": None}]
+    assert table.num_rows == result.size == 2 + 4 + 1  # protocol, metadata, four adds, the marker
+    assert read_last_checkpoint(log.io).version == 3  # type: ignore[union-attr]
+    remove_json_commits(tmp_path / "t", 2)  # only the checkpoint can give the state now
+    fresh = DeltaLog.for_table(uri).update()
+    assert sorted(fresh.to_arrow().column("a").to_pylist()) == [1, 2, 3, 4, 5]
+    rust = QueryBuilder().register("t", DeltaTable(uri)).execute("select a from t").read_all()
+    assert sorted(pa.table(rust).column("a").to_pylist()) == [1, 2, 3, 4, 5]

@@ -179,6 +179,8 @@ CHECKPOINT_SCHEMA = pa.schema(
 )
 """A classic checkpoint's columns (Delta's ``SingleAction`` minus the columns it drops);
 ``add.stats`` is the JSON string and comes last, ``remove`` has no ``stats``/``tags``."""
+CHECKPOINT_METADATA_TYPE = pa.struct([("version", pa.int64()), ("tags", STRING_MAP)])
+"""The ``checkpointMetadata`` column a V2 checkpoint adds to :data:`CHECKPOINT_SCHEMA`."""
 
 
 # -- file keys ------------------------------------------------------------------------------------

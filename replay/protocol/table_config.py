@@ -68,6 +68,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "columnMapping",
         "typeWidening",
         "typeWidening-preview",
+        "v2Checkpoint",
     }
 )
 """Writer features whose tables this library can write to: it enforces invariants, CHECK

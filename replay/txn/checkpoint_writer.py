@@ -1,4 +1,4 @@
-"""Classic Parquet checkpoints (single- or multi-part) and ``_last_checkpoint``.
+"""Parquet checkpoints (classic single- or multi-part; V2) and ``_last_checkpoint``.
 
 A checkpoint holds a snapshot's state as one row per action: protocol, metadata, domain
 metadata, set transactions, active files and unexpired tombstones (reference §5.9). Columns
@@ -10,6 +10,10 @@ whole file atomically on stores where partial writes could be seen (temp file + 
 a single PUT on object stores; a checkpoint written twice has the same content, so replacing
 it is harmless. ``_last_checkpoint`` is written last, so readers never see it point at a
 checkpoint that is not complete.
+
+A table with the ``v2Checkpoint`` feature gets V2 checkpoints under the classic name, as the
+protocol allows: one file whose rows also hold a ``checkpointMetadata`` action, every file action
+inline (no sidecars).
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from replay.protocol.actions import (
 )
 from replay.protocol.arrow_actions import (
     CHECKPOINT_ADD_TYPE,
+    CHECKPOINT_METADATA_TYPE,
     CHECKPOINT_REMOVE_TYPE,
     CHECKPOINT_SCHEMA,
     snake_column,
 )
-from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
+from replay.protocol.errors import DeltaError
 from replay.protocol.filenames import checkpoint_file_single, checkpoint_files_multipart, last_checkpoint_file
 from replay.state.snapshot import Snapshot
 
@@ -178,6 +183,15 @@ def split_parts(header: pa.Table, file_rows: pa.Table, parts_threshold: int | No
     return parts
 
 
+def with_checkpoint_metadata(part: pa.Table, version: int) -> pa.Table:
+    """``part`` as a V2 checkpoint: a ``checkpointMetadata`` column, set on one row of its own."""
+    rows = part.num_rows
+    part = part.append_column("checkpointMetadata", pa.nulls(rows, CHECKPOINT_METADATA_TYPE))
+    header = [pa.nulls(1, f.type) for f in CHECKPOINT_SCHEMA]
+    metadata = pa.array([{"version": version, "tags": None}], CHECKPOINT_METADATA_TYPE)
+    return pa.concat_tables([pa.Table.from_arrays([*header, metadata], schema=part.schema), part])
+
+
 def parquet_bytes(table: pa.Table) -> bytes:
     """``table`` as a snappy-compressed Parquet file."""
     buffer = io.BytesIO()
@@ -194,7 +208,7 @@ def _part_size(io: TableIO, parts_threshold: int | None) -> int | None:
 
 
 def write_checkpoint(io: TableIO, snapshot: Snapshot, parts_threshold: int | None = None) -> CheckpointResult:
-    """Write a classic checkpoint of ``snapshot`` and then ``_last_checkpoint``.
+    """Write a checkpoint of ``snapshot`` and then ``_last_checkpoint``.
 
     ``parts_threshold`` is the most file actions (adds + tombstones) per part; above it the
     checkpoint is multi-part (``V.checkpoint.i.n.parquet``). Default: the conf key
@@ -202,9 +216,10 @@ def write_checkpoint(io: TableIO, snapshot: Snapshot, parts_threshold: int | Non
     transactions are those the snapshot keeps (``delta.deletedFileRetentionDuration``,
     ``delta.setTransactionRetentionDuration``).
 
-    Raises :class:`DeltaError` for a table without commits (``DELTA_CHECKPOINT_NON_EXIST_TABLE``),
-    when the rows disagree with the snapshot (``DELTA_CHECKPOINT_SNAPSHOT_MISMATCH``) and
-    :class:`UnsupportedTableFeatureError` for tables that require V2 checkpoints.
+    A table with the ``v2Checkpoint`` feature gets a V2 checkpoint in one file (see the module
+    docstring). Raises :class:`DeltaError` for a table without commits
+    (``DELTA_CHECKPOINT_NON_EXIST_TABLE``) and when the rows disagree with the snapshot
+    (``DELTA_CHECKPOINT_SNAPSHOT_MISMATCH``).
     """
     table = io.table_path
     if snapshot.version < 0:
@@ -213,12 +228,7 @@ def write_checkpoint(io: TableIO, snapshot: Snapshot, parts_threshold: int | Non
             "Did you manually delete files in the _delta_log directory?",
             table=table,
         )
-    if snapshot.protocol.has_writer_feature("v2Checkpoint"):
-        raise UnsupportedTableFeatureError(
-            f"Cannot write a classic checkpoint for table {table}: it uses the v2Checkpoint feature",
-            table=table,
-            features=["v2Checkpoint"],
-        )
+    v2 = snapshot.protocol.has_writer_feature("v2Checkpoint")
     header = checkpoint_header(
         snapshot.protocol,
         snapshot.metadata,
@@ -234,7 +244,9 @@ def write_checkpoint(io: TableIO, snapshot: Snapshot, parts_threshold: int | Non
             f"of {table}.",
             table=table,
         )
-    parts = split_parts(checkpoint_table(header), file_rows, _part_size(io, parts_threshold))
+    parts = split_parts(checkpoint_table(header), file_rows, None if v2 else _part_size(io, parts_threshold))
+    if v2:  # a V2 checkpoint under the classic name: one file with its checkpointMetadata row
+        parts = [with_checkpoint_metadata(parts[0], snapshot.version)]
     if len(parts) == 1:
         paths = [checkpoint_file_single(io.log_path, snapshot.version)]
     else:
@@ -247,7 +259,7 @@ def write_checkpoint(io: TableIO, snapshot: Snapshot, parts_threshold: int | Non
     result = CheckpointResult(
         version=snapshot.version,
         paths=paths,
-        size=len(header) + file_rows.num_rows,
+        size=sum(part.num_rows for part in parts),
         num_of_add_files=num_adds,
         size_in_bytes=size_in_bytes,
     )
