@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from replay import DeltaTable, write_table
+from replay import DeltaLog, DeltaTable, write_table
 from replay.protocol.actions import AddCDCFile, AddFile, parse_actions
 from replay.protocol.column_mapping import assign_column_mapping, max_column_id
 from replay.protocol.schema import (
@@ -288,3 +288,32 @@ def test_merge_schema_evolution_maps_the_new_columns(tmp_path: Path, mode: str) 
     rows = {r["id"]: r["added"] for r in our_rows(uri)}
     assert rows == {1: "n1", 2: None, 3: None, 4: None, 20: "n2"}
     assert our_rows(uri) == rust_rows(uri)
+
+
+def test_a_conflict_names_the_partition_by_its_column(tmp_path: Path) -> None:
+    """Conflict checks read the physical partition values; the error shows the logical names."""
+    from replay import ConcurrentAppendException
+    from replay.protocol.sql_predicate import parse_predicate
+    from replay.txn.transaction import Transaction
+
+    uri = mapped_table(tmp_path, "name")
+    log = DeltaLog.for_table(uri)
+    key = DeltaTable(uri).snapshot.metadata.partition_value_keys["part"]
+
+    def delete_partition(value: str) -> Transaction:
+        """A DELETE of partition ``value``: it read that partition and removes its file."""
+        snapshot = log.update()
+        txn = Transaction(log.io, snapshot, operation="DELETE")
+        txn.read_predicate(parse_predicate(f"part = '{value}'").tree)
+        gone = [f for f in snapshot.files() if (f.partition_values or {}).get(key) == value]
+        txn.read_files(gone)
+        txn.add_actions(f.remove_with_timestamp(0) for f in gone)
+        return txn
+
+    txn = delete_partition("p")
+    write_table(uri, sample().slice(0, 1), mode="append")  # a concurrent append to part p
+    with pytest.raises(ConcurrentAppendException, match=r"partition \[part=p\]"):
+        txn.commit()
+    other = delete_partition("q")
+    write_table(uri, sample().slice(0, 1), mode="append")  # to part p only: no conflict
+    other.commit()

@@ -9,9 +9,8 @@ columns the file lacks with nulls, add partition columns from the action's ``par
 (Delta's string serialisation; a missing key or ``null`` is a null) and drop the rows the file's
 deletion vector marks as deleted. Local files without deletion vectors are scanned together as
 Arrow datasets (decoded batch by batch on Arrow's thread pool); other files are read concurrently
-in a thread pool (Arrow decoding releases the GIL; object-store requests overlap). A missing
-file raises :class:`DataFileNotFoundError`, one that is not readable Parquet
-:class:`CorruptDataFileError`, both naming the file.
+(Arrow decoding releases the GIL; object-store requests overlap). A missing file raises
+:class:`DataFileNotFoundError`, an unreadable one :class:`CorruptDataFileError`, naming it.
 """
 
 from __future__ import annotations
@@ -28,7 +27,13 @@ import pyarrow.compute as pc
 from logstores import local_path
 from logstores.filesystem import uri_scheme
 from replay.data.columns import FieldFinder, arrow_field, conform_column
-from replay.data.deletion_vector_reads import DeletionVectorCache, RowFilter, dv_key, read_deletion_vectors
+from replay.data.deletion_vector_reads import (
+    DeletionVectorCache,
+    RowFilter,
+    dv_key,
+    file_deletion_vectors,
+    read_deletion_vectors,
+)
 from replay.data.deletion_vectors import DeletionVectorDescriptorLike, dv_location, read_deletion_vector
 from replay.data.dictionaries import (
     DECODE_ROWS,
@@ -122,11 +127,10 @@ class TableReader:
         self, file: FileAction, known: Mapping[str, np.ndarray] | None = None
     ) -> RowFilter | None:
         """The rows ``file``'s deletion vector drops (:meth:`deletion_vector_rows`), or ``None``."""
-        descriptor = getattr(file, "deletion_vector", None)
-        if descriptor is None:
-            return None
-        indexes = self.deletion_vector_rows(descriptor, known)
-        return RowFilter(indexes, source=dv_location(descriptor, self.table_path))
+        for descriptor in file_deletion_vectors(file):
+            indexes = self.deletion_vector_rows(descriptor, known)
+            return RowFilter(indexes, source=dv_location(descriptor, self.table_path))
+        return None
 
     def deletion_vector_rows(
         self, descriptor: DeletionVectorDescriptorLike, known: Mapping[str, np.ndarray] | None = None
@@ -427,7 +431,7 @@ class TableReader:
         """
         files = list(files)
         workers = max_workers or self.concurrency
-        whole = [i for i, file in enumerate(files) if getattr(file, "deletion_vector", None) is None]
+        whole = [i for i, file in enumerate(files) if not file_deletion_vectors(file)]
         found = self.read_unfiltered(
             [files[i] for i in whole], columns, ignore_missing=ignore_missing, max_workers=workers
         )

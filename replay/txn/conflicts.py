@@ -311,10 +311,11 @@ def partition_message(values: Mapping[str, str | None] | None, config: TableConf
     """Delta's ``getPrettyPartitionMessage``: ``partition [a=1, b=x]``, or ``the root of the table``
     for an unpartitioned table."""
     columns = list(config.metadata.partition_columns) if config is not None else []
-    if not columns or not values:
+    if config is None or not columns or not values:
         return "the root of the table"
     lowered = {str(key).lower(): value for key, value in values.items()}
-    shown = ", ".join(f"{name}={lowered.get(name.lower())}" for name in columns)
+    keys = config.metadata.partition_value_keys  # physical names under column mapping
+    shown = ", ".join(f"{name}={lowered.get(keys[name].lower())}" for name in columns)
     return f"partition [{shown}]"
 
 
