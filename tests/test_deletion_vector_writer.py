@@ -23,7 +23,6 @@ from replay.data.deletion_vector_writer import (
     DeletionVectorWriter,
     DeletionVectorWriterClosedError,
     inline_descriptor,
-    random_prefix_length,
     remove_rows,
     wide_bounds_stats,
 )
@@ -36,7 +35,7 @@ from replay.data.deletion_vectors import (
 from replay.data.roaring_bitmap import MAX_ROW_INDEX, deserialize_bitmap, serialize_bitmap
 from replay.delta_log import DeltaLog
 from replay.protocol.actions import AddFile, DeletionVectorDescriptor, parse_action
-from replay.protocol.table_properties import InvalidTablePropertyError
+from replay.protocol.table_properties import InvalidTablePropertyError, random_prefix_length
 from replay.txn.write import write_table
 from tests.cloud_servers import running_fault_proxy, service_root, unique_name
 

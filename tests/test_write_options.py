@@ -318,3 +318,22 @@ def test_wide_and_narrow_columns_round_trip_through_written_files(tmp_path: Path
     )
     write_table(str(tmp_path / "t"), table)
     assert DeltaLog.for_table(str(tmp_path / "t")).snapshot().to_arrow().sort_by("id").equals(table)
+
+
+def test_randomized_file_prefixes_place_data_files_as_delta_does(tmp_path: Path) -> None:
+    """``delta.randomizeFilePrefixes``: data files go under ``delta.randomPrefixLength`` random
+    characters instead of partition directories; the partition values stay in the log."""
+    import re
+
+    uri = str(tmp_path / "t")
+    settings = {"delta.randomizeFilePrefixes": "true", "delta.randomPrefixLength": "3"}
+    data = pa.table({"id": [1, 2, 3], "p": ["a", "b", "a"]})
+    write_table(uri, data, partition_by=["p"], configuration=settings)
+    adds = _all_adds(tmp_path / "t")
+    assert len(adds) == 2
+    assert all(re.fullmatch(r"[A-Za-z0-9]{3}/part-[^/]+\.parquet", add.path) for add in adds)
+    assert sorted(add.partition_values["p"] for add in adds) == ["a", "b"]  # type: ignore[index]
+    assert rows(tmp_path / "t", "id", "p") == [(1, "a"), (2, "b"), (3, "a")]
+    plain = str(tmp_path / "plain")
+    write_table(plain, data, partition_by=["p"])
+    assert all(add.path.startswith("p=") for add in _all_adds(tmp_path / "plain"))

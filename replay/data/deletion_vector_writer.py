@@ -55,7 +55,7 @@ from replay.data.deletion_vectors import (
 )
 from replay.data.roaring_bitmap import row_index_array, serialize_bitmap
 from replay.protocol.actions import AddFile, DeletionVectorDescriptor, RemoveFile
-from replay.protocol.table_properties import RANDOM_PREFIX_LENGTH, RANDOMIZE_FILE_PREFIXES
+from replay.protocol.table_properties import random_prefix_length
 
 logger = logging.getLogger(__name__)
 
@@ -67,17 +67,6 @@ _random = random.Random()
 
 class DeletionVectorWriterClosedError(RuntimeError):
     """A DV was added to a writer that was closed or discarded."""
-
-
-def random_prefix_length(configuration: Mapping[str, str] | None) -> int:
-    """The length of the random directory prefix of a table's new DV files (0: none).
-
-    ``delta.randomPrefixLength`` when ``delta.randomizeFilePrefixes`` is true (Delta's
-    ``Utils.getRandomPrefixLength``).
-    """
-    if not RANDOMIZE_FILE_PREFIXES.value_in(configuration):
-        return 0
-    return RANDOM_PREFIX_LENGTH.value_in(configuration)
 
 
 def inline_descriptor(row_indexes: Iterable[int] | np.ndarray) -> DeletionVectorDescriptor:

@@ -33,7 +33,7 @@ from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
 from replay.maintenance.optimize_plan import Bin, describe_partition
 from replay.protocol.actions import AddFile, RemoveFile
-from replay.protocol.column_mapping import data_file_schema, partition_value
+from replay.protocol.column_mapping import data_file_prefix_length, data_file_schema, partition_value
 from replay.protocol.paths import resolve_path
 from replay.protocol.table_config import check_protocol_writable
 from replay.state.snapshot import Snapshot
@@ -85,6 +85,7 @@ def write_spec(snapshot: Snapshot, conf: dict[str, str] | None = None) -> FileWr
         num_indexed_cols=config.num_indexed_cols,
         string_prefix_length=config.string_prefix_length,
         file_schema=data_file_schema(snapshot.schema, snapshot.metadata.configuration),
+        prefix_length=data_file_prefix_length(config.configuration, bool(snapshot.partition_columns)),
     )
 
 

@@ -27,7 +27,7 @@ from replay.protocol.schema import (
     StructField,
     StructType,
 )
-from replay.protocol.table_properties import COLUMN_MAPPING_MODE
+from replay.protocol.table_properties import COLUMN_MAPPING_MODE, random_prefix_length
 
 MAX_COLUMN_ID_KEY = "delta.columnMapping.maxColumnId"
 PARQUET_FIELD_ID = b"PARQUET:field_id"
@@ -67,6 +67,13 @@ def _file_type(data_type: DataType, *, with_ids: bool) -> pa.DataType:
         value = _file_type(data_type.value_type, with_ids=with_ids)
         return pa.map_(pa.field("key", key, False), pa.field("value", value, data_type.value_contains_null))
     return data_type.to_arrow()
+
+
+def data_file_prefix_length(configuration: Mapping[str, str], partitioned: bool) -> int:
+    """The random directory prefix length of the new data files of a table with ``configuration``
+    (:func:`~replay.protocol.table_properties.random_prefix_length`)."""
+    mapped = is_mapped(configuration) and partitioned
+    return random_prefix_length(configuration, partitioned_mapped=mapped)
 
 
 def partition_value_keys(schema: StructType, partition_columns: list[str], mapped: bool) -> dict[str, str]:

@@ -177,6 +177,17 @@ AUTO_COMPACT = TableProperty("delta.autoOptimize.autoCompact", False, parse_bool
 """Compact small files after each write that adds files (Delta's auto compaction); the session
 setting ``spark.databricks.delta.autoCompact.enabled`` overrides it."""
 
+
+def random_prefix_length(configuration: Mapping[str, str] | None, *, partitioned_mapped: bool = False) -> int:
+    """The length of the random directory prefix new files of a table go under (0: none), as
+    Delta places them: ``delta.randomPrefixLength`` characters when ``delta.randomizeFilePrefixes``
+    is true, and for the data files of a partitioned table with column mapping
+    (``partitioned_mapped``), whose partition directories would otherwise name physical columns."""
+    if RANDOMIZE_FILE_PREFIXES.value_in(configuration) or partitioned_mapped:
+        return RANDOM_PREFIX_LENGTH.value_in(configuration)
+    return 0
+
+
 KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     APPEND_ONLY,
     ENABLE_CHANGE_DATA_FEED,

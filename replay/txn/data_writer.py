@@ -5,8 +5,8 @@ of the data files, file names ``part-<task:05d>-<uuid>-c<nnn>.snappy.parquet`` (
 the files a task rolled over to within one partition), log paths URL-encoded, and Delta's
 statistics for each file (:mod:`replay.txn.statistics`). Under column mapping the files,
 their statistics and their ``partitionValues`` use the physical names
-(:mod:`replay.protocol.column_mapping`), and a partitioned table's files go to random
-two-character prefix directories, as Delta writes them.
+(:mod:`replay.protocol.column_mapping`); files go to random prefix directories where Delta puts
+them there (a partitioned table with column mapping, ``delta.randomizeFilePrefixes``).
 
 A :class:`DataFileWriter` takes Arrow batches (what a Spark task receives, or slices of a Python
 table), conforms them to the table's columns (:mod:`replay.txn.write_spec`), checks the write's
@@ -71,10 +71,8 @@ SAMPLE_ROWS = 64 * 1024
 """Rows of a file's first rows whose bytes per row :func:`write_batch_rows` measures."""
 MAX_OPEN_FILES = 64
 """Files one writer keeps open at once (one per partition); the least recently used closes first."""
-RANDOM_PREFIX_LENGTH = 2
 PREFIX_CHARACTERS = string.ascii_letters + string.digits
-"""The directories files of a partitioned table with column mapping go to, as Delta places them:
-a random two-character prefix rather than directories named by (physical) partition values."""
+"""The characters of a random directory prefix (:attr:`FileWriteSpec.prefix_length`)."""
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -364,8 +362,8 @@ class DataFileWriter:
         count = self._rolls.get(key, 0)
         self._rolls[key] = count + 1
         name = self.layout.name.format(task=self.task_id, uuid=uuid.uuid4(), count=count)
-        if self.spec.file_schema is not None and key:  # column mapping: Delta's random prefixes
-            directory = "".join(random.choices(PREFIX_CHARACTERS, k=RANDOM_PREFIX_LENGTH))
+        if self.spec.prefix_length:  # Delta's random prefixes rather than partition directories
+            directory = "".join(random.choices(PREFIX_CHARACTERS, k=self.spec.prefix_length))
         else:
             values = dict(zip(self.spec.partition_columns, key, strict=True))
             directory = partition_directory(list(self.spec.partition_columns), values)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Metadata, Protocol
-from replay.protocol.column_mapping import data_file_schema
+from replay.protocol.column_mapping import data_file_prefix_length, data_file_schema
 from replay.protocol.column_names import check_column_names
 from replay.protocol.errors import DeltaError, TableNotFoundError
 from replay.protocol.schema import PrimitiveType, StructType
@@ -338,6 +338,7 @@ def file_write_spec(
         constraints=config.constraints,
         write_time=datetime.datetime.now(datetime.UTC),
         file_schema=data_file_schema(schema, config.metadata.configuration),
+        prefix_length=data_file_prefix_length(config.configuration, bool(config.metadata.partition_columns)),
     )
     spec.compile_constraints()
     return spec

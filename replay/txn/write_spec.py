@@ -51,6 +51,9 @@ class FileWriteSpec:
     file_schema: pa.Schema | None = None
     """Under column mapping, the data files' names and field ids for :attr:`schema`, field for
     field (:func:`~replay.protocol.column_mapping.data_file_schema`); ``None`` without."""
+    prefix_length: int = 0
+    """The length of the random directory prefix files go under instead of partition directories
+    (:func:`~replay.protocol.table_properties.random_prefix_length`; 0: none)."""
 
     def compile_constraints(self) -> RowConstraints | None:
         """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
