@@ -113,7 +113,12 @@ def update_columns(
             parts = splice_columns(layout, parquet_layout(encoded, walk_pages=False))
             _check_footer(parts)
             merged = replace_column_statistics(
-                file.stats, figures, set(update.columns), table.spec.data_schema, table.spec.num_indexed_cols
+                file.stats,
+                figures,
+                set(update.columns),
+                table.spec.data_schema,
+                table.spec.num_indexed_cols,
+                stats_columns=table.spec.stored_stats_columns,
             )
             if merged is None:
                 raise NotSpliceableError("its statistics do not cover every column they should")

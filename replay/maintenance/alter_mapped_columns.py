@@ -20,6 +20,7 @@ from replay.log.table_io import TableIO
 from replay.maintenance.alter_columns import ColumnChangeError
 from replay.maintenance.alter_commit import commit_alter
 from replay.protocol.constraints import check_constraints, table_constraints
+from replay.protocol.naming import split_column_path
 from replay.protocol.schema import StructField, StructType
 from replay.protocol.sql import parse_expression
 from replay.state.snapshot import Snapshot
@@ -124,7 +125,7 @@ def drop_columns(
 
 def _resolve(schema: StructType, column: str, table: str) -> list[str]:
     """``column``'s path in the schema's spelling; :class:`ColumnChangeError` naming it if absent."""
-    parts = [part.strip("`") for part in column.split(".")] if "`" not in column else _quoted_parts(column)
+    parts = split_column_path(column) or (column,)
     struct: StructType | None = schema
     path: list[str] = []
     for part in parts:
@@ -138,15 +139,6 @@ def _resolve(schema: StructType, column: str, table: str) -> list[str]:
         path.append(match.name)
         struct = match.type if isinstance(match.type, StructType) else None
     return path
-
-
-def _quoted_parts(column: str) -> list[str]:
-    """The parts of a path written with backquotes (```a.b`.c`` is ``["a.b", "c"]``)."""
-    expression = parse_expression(column)
-    references = expression.columns
-    if len(references) != 1:
-        raise ColumnChangeError(f"Not a column path: {column}")
-    return list(references[0].parts)
 
 
 def _struct_at(schema: StructType, path: Sequence[str]) -> StructType:

@@ -182,6 +182,7 @@ def plan_optimize(
             snapshot.partition_columns,
             snapshot.config.num_indexed_cols,
             io.conf,
+            stats_columns=snapshot.config.stats_columns,
         )
     candidates = add_actions(candidate_rows(files, mode, limits))
     plan = plan_bins(candidates, mode, limits, considered=files.num_rows)

@@ -84,6 +84,7 @@ def write_spec(snapshot: Snapshot, conf: dict[str, str] | None = None) -> FileWr
         conf=dict(snapshot.io.conf if conf is None else conf),
         num_indexed_cols=config.num_indexed_cols,
         string_prefix_length=config.string_prefix_length,
+        stats_columns=config.stats_columns,
         file_schema=data_file_schema(snapshot.schema, snapshot.metadata.configuration),
         prefix_length=data_file_prefix_length(config.configuration, bool(snapshot.partition_columns)),
     )

@@ -81,12 +81,15 @@ def resolve_zorder_columns(
     partition_columns: Sequence[str],
     num_indexed_cols: int,
     conf: Mapping[str, str],
+    *,
+    stats_columns: Sequence[tuple[str, ...]] | None = None,
 ) -> list[str]:
     """``columns`` spelled as in the schema, checked as Delta's ``validateZorderByColumns`` does.
 
     Raises :class:`ZOrderColumnError` with Delta's ``DELTA_ZORDERING_COLUMN_DOES_NOT_EXIST``,
     ``DELTA_ZORDERING_ON_PARTITION_COLUMN`` or ``DELTA_ZORDERING_ON_COLUMN_WITHOUT_STATS``
-    (statistics cover the first ``delta.dataSkippingNumIndexedCols`` leaf columns of the data;
+    (statistics cover the first ``delta.dataSkippingNumIndexedCols`` leaf columns of the data, or
+    the columns ``delta.dataSkippingStatsColumns`` names;
     the check is off when the session sets ``...zorder.checkStatsCollection.enabled=false``).
     """
     if not columns:
@@ -119,7 +122,10 @@ def resolve_zorder_columns(
                 f"Cannot Z-order by column {name} of type {scala_type_name(found.type)}: Z-order "
                 "columns must be of a primitive type"
             )
-        if num_indexed_cols >= 0 and first_leaf[lowered] >= num_indexed_cols:
+        if stats_columns is not None:
+            if (lowered,) not in {tuple(part.lower() for part in path) for path in stats_columns}:
+                without_stats.append(name)
+        elif num_indexed_cols >= 0 and first_leaf[lowered] >= num_indexed_cols:
             without_stats.append(name)
         resolved.append(found.name)
     check = (get_delta_conf(conf, CHECK_STATS_KEY) or "true").strip().lower() != "false"

@@ -24,6 +24,7 @@ from replay.protocol.table_properties import (
     CHECKPOINT_INTERVAL,
     COLUMN_MAPPING_MODE,
     DATA_SKIPPING_NUM_INDEXED_COLS,
+    DATA_SKIPPING_STATS_COLUMNS,
     DATA_SKIPPING_STRING_PREFIX_LENGTH,
     DELETED_FILE_RETENTION,
     ENABLE_CHANGE_DATA_FEED,
@@ -233,6 +234,12 @@ class TableConfiguration:
     @cached_property
     def num_indexed_cols(self) -> int:
         return DATA_SKIPPING_NUM_INDEXED_COLS.value_in(self.configuration)
+
+    @cached_property
+    def stats_columns(self) -> tuple[tuple[str, ...], ...] | None:
+        """The columns file statistics cover when the table names them
+        (``delta.dataSkippingStatsColumns``, replacing :attr:`num_indexed_cols`)."""
+        return DATA_SKIPPING_STATS_COLUMNS.value_in(self.configuration)
 
     @cached_property
     def isolation_level(self) -> IsolationLevel:

@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 
 from replay.protocol.errors import DeltaError
 from replay.protocol.isolation import DEFAULT_ISOLATION_LEVEL, IsolationLevel
+from replay.protocol.naming import split_column_path
 
 T = TypeVar("T")
 
@@ -161,6 +162,45 @@ DATA_SKIPPING_STRING_PREFIX_LENGTH = TableProperty(
 this table property first and falls back to the session setting
 ``spark.databricks.io.skipping.stringPrefixLength`` (default 32); a table that does not set it
 is written and pruned here with that default."""
+
+
+def parse_column_paths(text: str) -> tuple[tuple[str, ...], ...]:
+    """A comma-separated list of column paths (``a, s.b, `c d```), each split as Spark reads an
+    attribute name (:func:`~replay.protocol.naming.split_column_path`); commas inside backquotes
+    belong to the name."""
+    paths: list[tuple[str, ...]] = []
+    for raw in _split_outside_backquotes(text, ","):
+        item = raw.strip()
+        if not item:
+            continue
+        parts = split_column_path(item)
+        if parts is None:
+            raise ValueError(f"not a column name: {item!r}")
+        paths.append(parts)
+    return tuple(paths)
+
+
+def _split_outside_backquotes(text: str, separator: str) -> list[str]:
+    items: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for char in text:
+        if char == "`":
+            quoted = not quoted  # a doubled backquote toggles twice: still inside
+        if char == separator and not quoted:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    items.append("".join(current))
+    return items
+
+
+DATA_SKIPPING_STATS_COLUMNS: TableProperty[tuple[tuple[str, ...], ...] | None] = TableProperty(
+    "delta.dataSkippingStatsColumns", None, _optional(parse_column_paths)
+)
+"""The columns file statistics cover, replacing ``delta.dataSkippingNumIndexedCols`` when set (a
+struct covers its fields)."""
 COLUMN_MAPPING_MODE = TableProperty("delta.columnMapping.mode", "none", parse_column_mapping_mode)
 ENABLE_DELETION_VECTORS = TableProperty("delta.enableDeletionVectors", False, parse_bool)
 ISOLATION_LEVEL = TableProperty(
@@ -201,6 +241,7 @@ KNOWN_PROPERTIES: tuple[TableProperty, ...] = (
     ENABLE_EXPIRED_LOG_CLEANUP,
     DATA_SKIPPING_NUM_INDEXED_COLS,
     DATA_SKIPPING_STRING_PREFIX_LENGTH,
+    DATA_SKIPPING_STATS_COLUMNS,
     COLUMN_MAPPING_MODE,
     ENABLE_DELETION_VECTORS,
     ISOLATION_LEVEL,
@@ -250,7 +291,6 @@ PASS_THROUGH_KEYS = (
     "delta.minReaderVersion",
     "delta.minWriterVersion",
     "delta.tuneFileSizesForRewrites",
-    "delta.dataSkippingStatsColumns",
 )
 """Delta table properties this library stores without interpreting them."""
 OTHER_DELTA_KEYS = (

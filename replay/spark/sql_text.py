@@ -29,6 +29,7 @@ import decimal
 from typing import Any
 
 from replay.protocol.errors import DeltaError
+from replay.protocol.naming import split_column_path
 
 
 class UnsupportedColumnError(DeltaError, TypeError):
@@ -81,27 +82,10 @@ def checked_mapping(values: object, argument: str) -> dict[str, Any]:
 
 def attribute_name(key: str) -> str:
     """A column key as Delta reads it (an attribute name: ``t.`a name``` is ``t.a name``): backquoted
-    parts unquoted. A key whose unquoted parts would hold a dot is kept as given."""
-    parts: list[str] = []
-    current: list[str] = []
-    quoted = False
-    index = 0
-    while index < len(key):
-        char = key[index]
-        if char == "`":
-            if quoted and key[index + 1 : index + 2] == "`":
-                current.append("`")
-                index += 1
-            else:
-                quoted = not quoted
-        elif char == "." and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-        index += 1
-    parts.append("".join(current))
-    if quoted or any("." in part for part in parts):
+    parts unquoted. A key whose unquoted parts would hold a dot, or that does not split, is kept
+    as given."""
+    parts = split_column_path(key)
+    if parts is None or any("." in part for part in parts):
         return key
     return ".".join(parts)
 

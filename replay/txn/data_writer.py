@@ -125,7 +125,11 @@ class _OpenFile:
         self._schema = spec.stored_schema
         self._renamed = spec.file_schema is not None
         self._stats = StatisticsCollector(
-            self._schema, spec.num_indexed_cols, spec.string_prefix_length, from_footer=True
+            self._schema,
+            spec.num_indexed_cols,
+            spec.string_prefix_length,
+            from_footer=True,
+            stats_columns=spec.stored_stats_columns,
         )
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0

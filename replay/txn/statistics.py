@@ -1,12 +1,13 @@
 """Delta's per-file statistics: ``numRecords`` and ``minValues``/``maxValues``/``nullCount``.
 
 Statistics cover the first ``delta.dataSkippingNumIndexedCols`` leaf columns of a data file, in
-schema order, nested struct fields counted one by one (-1: all). Min/max are kept for types Delta
-orders (numbers, booleans, strings, dates, timestamps, decimals up to precision 15), left out for
-binary, arrays and maps, for float columns holding NaN, and for columns without a non-null value;
-strings are truncated to ``delta.dataSkippingStringPrefixLength`` characters (32 by default; the
-max then gets a tie breaker so it stays an upper bound),
-timestamps are written with millisecond precision.
+schema order, nested struct fields counted one by one (-1: all), or, when
+``delta.dataSkippingStatsColumns`` names columns, exactly those (a struct: its fields).
+Min/max are kept for types Delta orders (numbers, booleans, strings, dates, timestamps, decimals
+up to precision 15), left out for binary, arrays and maps, for float columns holding NaN, and for
+columns without a non-null value; strings are truncated to
+``delta.dataSkippingStringPrefixLength`` characters (32 by default; the max then gets a tie
+breaker so it stays an upper bound), timestamps are written with millisecond precision.
 
 A :class:`StatisticsCollector` takes a file's data in chunks, computes each chunk's figures with
 ``pyarrow.compute`` (no per-row Python) and combines them, so a file written batch by batch never
@@ -250,15 +251,23 @@ def _parquet_columns(arrow_type: pa.DataType) -> int:
     return 1
 
 
-def _leaves(schema: pa.Schema, limit: int, from_footer: bool = False) -> list[_Leaf]:
-    """The first ``limit`` leaf columns (-1: all), depth first in schema order; with
-    ``from_footer``, those whose figures a Parquet footer gives know their Parquet column."""
+StatsColumns = tuple[tuple[str, ...], ...]
+"""Column paths statistics cover (``delta.dataSkippingStatsColumns``; a struct covers its fields)."""
+
+
+def _leaves(
+    schema: pa.Schema, limit: int, from_footer: bool = False, columns: StatsColumns | None = None
+) -> list[_Leaf]:
+    """The first ``limit`` leaf columns (-1: all), depth first in schema order, or with
+    ``columns`` the leaves under those paths, whatever their number; with ``from_footer``, those
+    whose figures a Parquet footer gives know their Parquet column."""
     leaves: list[_Leaf] = []
     column = 0
+    chosen = set(columns) if columns is not None else None
 
     def visit(arrow_field: pa.Field, names: tuple[str, ...], indexes: tuple[int, ...]) -> None:
         nonlocal column
-        if limit >= 0 and len(leaves) >= limit:
+        if chosen is None and limit >= 0 and len(leaves) >= limit:
             return
         arrow_type = arrow_field.type
         if pa.types.is_dictionary(arrow_type):  # a dictionary column has its values' statistics
@@ -269,7 +278,8 @@ def _leaves(schema: pa.Schema, limit: int, from_footer: bool = False) -> list[_L
                 visit(child, (*names, child.name), (*indexes, index))
             return
         footer = column if from_footer and _footer_bounded(arrow_type) else None
-        leaves.append(_Leaf(names, indexes, arrow_type, footer))
+        if chosen is None or any(names[:depth] in chosen for depth in range(1, len(names) + 1)):
+            leaves.append(_Leaf(names, indexes, arrow_type, footer))
         column += _parquet_columns(arrow_type)
 
     for index, arrow_field in enumerate(schema):
@@ -299,13 +309,14 @@ class StatisticsCollector:
     num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
     string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
     from_footer: bool = False
+    stats_columns: StatsColumns | None = None
     num_records: int = 0
     _leaves: list[_Leaf] = field(init=False)
     _chunk_ends: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         limit = -1 if self.num_indexed_cols < 0 else self.num_indexed_cols
-        self._leaves = _leaves(self.schema, limit, self.from_footer)
+        self._leaves = _leaves(self.schema, limit, self.from_footer, self.stats_columns)
 
     def add(self, table: pa.Table) -> None:
         """Account for ``table`` (rows of the file, with :attr:`schema`)."""
@@ -366,10 +377,13 @@ def file_statistics(
 
 
 def indexed_paths(
-    schema: pa.Schema, num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
+    schema: pa.Schema,
+    num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS,
+    stats_columns: StatsColumns | None = None,
 ) -> set[tuple[str, ...]]:
     """The leaf columns of ``schema`` that statistics cover (each a path of field names)."""
-    return {leaf.names for leaf in _leaves(schema, -1 if num_indexed_cols < 0 else num_indexed_cols)}
+    limit = -1 if num_indexed_cols < 0 else num_indexed_cols
+    return {leaf.names for leaf in _leaves(schema, limit, columns=stats_columns)}
 
 
 def replace_column_statistics(
@@ -378,6 +392,8 @@ def replace_column_statistics(
     columns: set[str],
     schema: pa.Schema,
     num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS,
+    *,
+    stats_columns: StatsColumns | None = None,
 ) -> str | None:
     """The statistics of a file whose top-level ``columns`` changed and nothing else: ``stats``
     (the file's before) with those columns' figures taken from ``replacement`` (statistics of
@@ -386,7 +402,7 @@ def replace_column_statistics(
     collected fewer statistics); the file's statistics must then be collected anew."""
     before = orjson.loads(stats)
     after = orjson.loads(replacement)
-    paths = indexed_paths(schema, num_indexed_cols)
+    paths = indexed_paths(schema, num_indexed_cols, stats_columns)
     prefixes = {path[:depth] for path in paths for depth in range(1, len(path) + 1)}
     null_counts = before.get("nullCount")
     if not isinstance(null_counts, dict) or not isinstance(before.get("numRecords"), int):

@@ -331,6 +331,7 @@ def file_write_spec(
         conf=dict(io.conf),
         num_indexed_cols=config.num_indexed_cols,
         string_prefix_length=config.string_prefix_length,
+        stats_columns=config.stats_columns,
         max_records_per_file=max_records_per_file
         if max_records_per_file and max_records_per_file > 0
         else None,

@@ -54,6 +54,9 @@ class FileWriteSpec:
     prefix_length: int = 0
     """The length of the random directory prefix files go under instead of partition directories
     (:func:`~replay.protocol.table_properties.random_prefix_length`; 0: none)."""
+    stats_columns: tuple[tuple[str, ...], ...] | None = None
+    """The columns statistics cover when the table names them (``delta.dataSkippingStatsColumns``,
+    logical paths); ``None``: the first :attr:`num_indexed_cols` leaves."""
 
     def compile_constraints(self) -> RowConstraints | None:
         """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
@@ -86,10 +89,41 @@ class FileWriteSpec:
         names = self.schema.names
         return tuple(self.file_schema.field(names.index(column)).name for column in self.partition_columns)
 
+    @cached_property
+    def stored_stats_columns(self) -> tuple[tuple[str, ...], ...] | None:
+        """:attr:`stats_columns` as paths of :attr:`stored_schema` (matched case-insensitively;
+        a path naming no data column is left out)."""
+        if self.stats_columns is None:
+            return None
+        stored = self.file_schema if self.file_schema is not None else self.schema
+        partitions = {name.lower() for name in self.partition_columns}
+        paths = []
+        for path in self.stats_columns:
+            if path[0].lower() not in partitions:
+                found = _stored_path(self.schema, stored, path)
+                if found is not None:
+                    paths.append(found)
+        return tuple(paths)
+
     def with_column(self, column: pa.Field) -> FileWriteSpec:
         """This spec with one more column, stored under its own name (``_change_type``)."""
         stored = self.file_schema.append(column) if self.file_schema is not None else None
         return replace(self, schema=self.schema.append(column), file_schema=stored, max_records_per_file=None)
+
+
+def _stored_path(logical: pa.Schema, stored: pa.Schema, path: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``path`` (logical names) through the structs of ``logical`` as names of ``stored``."""
+    fields: list[tuple[pa.Field, pa.Field]] = list(zip(logical, stored, strict=True))
+    names: list[str] = []
+    for part in path:
+        match = next(((a, b) for a, b in fields if a.name.lower() == part.lower()), None)
+        if match is None:
+            return None
+        names.append(match[1].name)
+        inner, stored_inner = match[0].type, match[1].type
+        structs = pa.types.is_struct(inner) and pa.types.is_struct(stored_inner)
+        fields = list(zip(inner, stored_inner, strict=True)) if structs else []
+    return tuple(names)
 
 
 def to_stored_columns(rows: pa.Table, stored: pa.Schema) -> pa.Table:
