@@ -35,7 +35,7 @@ from replay.maintenance.optimize_plan import (
 )
 from replay.protocol.actions import Action, AddFile
 from replay.protocol.arrow_actions import add_actions
-from replay.protocol.table_config import TableConfiguration
+from replay.protocol.table_config import CLUSTERING, TableConfiguration
 from replay.txn.post_commit import CommittedVersion
 from replay.txn.write_commit import partition_values_predicate
 
@@ -93,6 +93,9 @@ def auto_compact_hook(committed: CommittedVersion) -> dict[str, object] | None:
     if committed.operation in (OPTIMIZE_OPERATION, REORG_OPERATION):
         return None
     if not auto_compact_enabled(committed.config, conf):
+        return None
+    if committed.config.protocol.has_writer_feature(CLUSTERING):  # Delta clusters instead
+        logger.debug("auto compaction of %s skipped: a clustered table", committed.io.shown_path)
         return None
     written = written_partitions(committed.actions)
     if not written:

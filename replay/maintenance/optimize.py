@@ -55,7 +55,7 @@ from replay.maintenance.optimize_rewrite import (
 )
 from replay.maintenance.zorder import ZOrderRewriter, resolve_zorder_columns
 from replay.protocol.arrow_actions import add_actions, map_dicts
-from replay.protocol.errors import DeltaError
+from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
 from replay.protocol.predicates import (
     TRUE,
     Predicate,
@@ -64,6 +64,7 @@ from replay.protocol.predicates import (
     has_opaque,
 )
 from replay.protocol.sql_predicate import parse_predicate
+from replay.protocol.table_config import CLUSTERING
 from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
@@ -165,11 +166,20 @@ def plan_optimize(
     """Plan a ``mode`` run over ``snapshot`` (see the module docstring).
 
     Raises :class:`~replay.protocol.errors.UnsupportedTableFeatureError` for a table this
-    library cannot rewrite, :class:`OptimizeArgumentError` for a filter on data columns,
+    library cannot rewrite or cluster (a clustered table, but for ``PURGE``),
+    :class:`OptimizeArgumentError` for a filter on data columns,
     :class:`~replay.maintenance.zorder.ZOrderColumnError` for bad Z-order columns and
     :class:`InvalidOptimizeSettingError` for bad sizes.
     """
     check_rewritable(snapshot)
+    if mode is not OptimizeMode.PURGE and snapshot.protocol.has_writer_feature(CLUSTERING):
+        raise UnsupportedTableFeatureError(
+            f"Cannot OPTIMIZE table {snapshot.io.shown_path}: it is a clustered table (CLUSTER BY), whose "
+            "OPTIMIZE clusters its rows as Delta's liquid clustering does, which this library does not "
+            "do; run OPTIMIZE with Delta Lake on Spark (REORG ... APPLY (PURGE) works here)",
+            table=snapshot.table_path,
+            features=[CLUSTERING],
+        )
     io = snapshot.io
     predicate, texts = partition_predicate(partition_filters, snapshot)
     files = selected_files(snapshot, predicate)

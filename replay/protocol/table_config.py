@@ -70,12 +70,16 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "typeWidening",
         "typeWidening-preview",
         "v2Checkpoint",
+        "clustering",
     }
 )
 """Writer features whose tables this library can write to: it enforces invariants, CHECK
 constraints and NOT NULL columns on every written row and computes or checks generated columns;
 on a table with type widening it keeps ``delta.typeChanges`` and changes no column's type."""
 TYPE_WIDENING_FEATURES = frozenset({"typeWidening", "typeWidening-preview"})
+CLUSTERING = "clustering"
+"""A clustered table (CLUSTER BY): written to (its ``delta.clustering`` domain kept, statistics as
+the table configures them, which Delta makes cover the clustering columns); not clustered here."""
 WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset({"identityColumns"})
 """Writer features that do not concern this writer as long as the table does not use them."""
 
