@@ -137,3 +137,41 @@ def test_cleanup_runs_after_automatic_checkpoints_unless_disabled(tmp_path: Path
 def test_cutoff_is_truncated_to_midnight_utc() -> None:
     now = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
     assert cutoff_time(now, 30 * DAY_MS) == 1_697_328_000_000  # 2023-10-15 00:00:00 UTC
+
+
+def test_cleanup_deletes_the_sidecars_no_kept_checkpoint_lists(tmp_path: Path, golden_root: Path) -> None:
+    """A table with V2 checkpoints (Delta's, with sidecars): sidecars go once no checkpoint the
+    cleanup keeps lists them and they are older than the cut-off, as Delta's cleanup deletes them."""
+    import shutil
+
+    from deltalake import QueryBuilder
+
+    source = golden_root / "delta-spark-golden/v2-checkpoint-parquet/delta"
+    shutil.copytree(source, tmp_path / "t")
+    table = tmp_path / "t"
+    uri, sidecars = str(table), table / "_delta_log" / "_sidecars"
+    listed = sorted(p.name for p in sidecars.glob("[!.]*"))  # what checkpoint 2 lists (no .crc)
+    shutil.copy(sidecars / listed[0], sidecars / "orphan.parquet")  # listed by no checkpoint
+    shutil.copy(sidecars / listed[0], sidecars / "fresh.parquet")  # ... but being written now
+    settings = {"delta.enableExpiredLogCleanup": "false"}
+    write_table(uri, pa.table({"id": [100]}).cast(_schema(uri)), mode="append", conf=settings)
+    now = time.time()
+    old = now - 40 * 86_400
+    age(table, range(0, 4), 40, now)
+    for name in [*listed, "orphan.parquet"]:
+        os.utime(sidecars / name, (old, old))
+    log = DeltaLog.for_table(uri)
+    log.cleanup_expired_logs()  # boundary 2 (the only checkpoint): its sidecars stay
+    assert sorted(p.name for p in sidecars.glob("[!.]*")) == sorted([*listed, "fresh.parquet"])
+    log.checkpoint()  # version 3: ours, every file inline
+    age(table, range(3, 4), 40, now)
+    deleted = [Path(p).name for p in log.cleanup_expired_logs()]
+    assert set(listed) <= set(deleted)
+    assert sorted(p.name for p in sidecars.glob("[!.]*")) == ["fresh.parquet"]
+    expected = sorted(log.update().to_arrow().column("id").to_pylist())
+    rust = QueryBuilder().register("t", DeltaTable(uri)).execute("select id from t").read_all()
+    assert sorted(pa.table(rust).column("id").to_pylist()) == expected
+
+
+def _schema(uri: str) -> pa.Schema:
+    return DeltaLog.for_table(uri).update().schema.to_arrow()

@@ -6,7 +6,8 @@ are file modification times made strictly increasing by version, as Delta's hist
 
 What goes: commit, checkpoint, checksum and compacted-commit files of versions before the
 *cleanup boundary*, the newest version ``c`` that has a complete checkpoint and whose commit is
-older than the cut-off. Every version newer than the cut-off is newer than ``c`` and is still
+older than the cut-off, and on a table with V2 checkpoints the sidecar files no kept checkpoint
+lists, once older than the cut-off. Every version newer than the cut-off is newer than ``c`` and is still
 rebuilt from checkpoint ``c`` and the commits after it, so time travel to any version inside
 retention keeps working; versions before ``c`` are gone, as after Delta's cleanup. (Delta itself
 may delete up to its *latest* checkpoint, which can break time travel to versions between an
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from logstores.base import FileStatus
 from replay.log.checkpoint_instances import complete_checkpoints
+from replay.log.checkpoints import read_checkpoint_actions
 from replay.log.commit_timestamps import monotonic_timestamps
 from replay.log.listing import classify_listing, list_log
 from replay.log.table_io import TableIO
@@ -33,6 +35,8 @@ from replay.protocol.timestamps import format_timestamp
 logger = logging.getLogger(__name__)
 
 DAY_MS = 86_400_000
+FIRST_NAME = " "
+"""A name no sidecar sorts before: listing ``_sidecars`` from it lists them all."""
 
 
 def cutoff_time(now_ms: int, retention_ms: int) -> int:
@@ -104,7 +108,37 @@ def cleanup_expired_logs(io: TableIO, config: TableConfiguration, now_ms: int | 
     for log_file in expired:
         io.store.delete(log_file.status.path)
         deleted.append(log_file.status.path)
+    if config.protocol.has_writer_feature("v2Checkpoint"):
+        for status in unreferenced_sidecars(io, statuses, boundary, cutoff):
+            io.store.delete(status.path)
+            deleted.append(status.path)
     logger.info(
         "Deleted %d log files of %s older than %s", len(deleted), io.table_path, format_timestamp(cutoff)
     )
     return deleted
+
+
+def unreferenced_sidecars(
+    io: TableIO, statuses: list[FileStatus], boundary: int, cutoff_ms: int
+) -> list[FileStatus]:
+    """The V2 checkpoint sidecars (``_delta_log/_sidecars``) no checkpoint kept by cleanup (those
+    at ``boundary`` or later) lists, written before ``cutoff_ms``: what Delta's cleanup deletes
+    with the checkpoints that referenced them. A newer sidecar may belong to a checkpoint being
+    written, and is kept."""
+    referenced: set[str] = set()
+    for instance, files in complete_checkpoints(statuses).items():
+        if instance.version >= boundary:
+            for action in read_checkpoint_actions(io, files, ["sidecar"]):
+                referenced.add(filenames.sidecar_file(io.log_path, action["sidecar"]["path"]))
+    try:
+        sidecars = list(io.store.list_from(filenames.sidecar_file(io.log_path, FIRST_NAME)))
+    except FileNotFoundError:
+        return []
+    return [
+        status
+        for status in sidecars
+        if not status.is_dir
+        and not status.name.startswith(".")  # a hidden file (a Hadoop checksum) is no sidecar
+        and status.path not in referenced
+        and status.modification_time < cutoff_ms
+    ]
