@@ -313,9 +313,10 @@ def test_append_only_tables_refuse_data_removal_on_every_commit_path(tmp_path: P
             r"writer versions 1, 2, 3, 4, 5, 6, 7\. Please upgrade to a newer release\.$",
         ),
         (
-            Protocol(3, 7, [], ["appendOnly", "rowTracking", "domainMetadata"]),
+            Protocol(3, 7, [], ["appendOnly", "futureWriterFeature", "domainMetadata"]),
             r'^\[DELTA_UNSUPPORTED_FEATURES_FOR_WRITE\] Unsupported Delta write feature: table ".*/t" '
-            r"requires writer table feature\(s\) that are unsupported by this library: rowTracking\.$",
+            r"requires writer table feature\(s\) that are unsupported by this library: "
+            r"futureWriterFeature\.$",
         ),
         (
             Protocol(3, 7, ["futureFeature"], ["futureFeature"]),
@@ -338,9 +339,9 @@ def test_commits_to_tables_this_library_cannot_write_are_refused(
 def test_a_commit_cannot_upgrade_the_protocol_beyond_this_library(tmp_path: Path) -> None:
     log = new_table(str(tmp_path / "t"))
     with pytest.raises(
-        UnsupportedTableFeatureError, match=r"DELTA_UNSUPPORTED_FEATURES_FOR_WRITE.*rowTracking"
+        UnsupportedTableFeatureError, match=r"DELTA_UNSUPPORTED_FEATURES_FOR_WRITE.*futureWriterFeature"
     ):
-        log.commit([Protocol(1, 7, None, ["appendOnly", "rowTracking"])], "UPGRADE PROTOCOL")
+        log.commit([Protocol(1, 7, None, ["appendOnly", "futureWriterFeature"])], "UPGRADE PROTOCOL")
     with pytest.raises(
         UnsupportedTableFeatureError, match=r"DELTA_INVALID_PROTOCOL_VERSION.*reader version 4"
     ):

@@ -287,7 +287,7 @@ CASES = [
     Case(
         "protocol this library cannot write / append",
         both(UnsupportedTableFeatureError),
-        concurrent=[Protocol(1, 7, None, ["appendOnly", "rowTracking"])],
+        concurrent=[Protocol(1, 7, None, ["appendOnly", "futureWriterFeature"])],
         actions=[add("b", 1)],
     ),
 ]

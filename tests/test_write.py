@@ -170,9 +170,9 @@ def test_new_table_protocols() -> None:
 
 def test_tables_with_unsupported_writer_features_are_refused() -> None:
     plain = Metadata(id="m", schema_string='{"type":"struct","fields":[]}')
-    with pytest.raises(UnsupportedTableFeatureError, match="rowTracking") as caught:
-        check_writable(Protocol(3, 7, [], ["appendOnly", "rowTracking"]), plain, "file:///t")
-    assert caught.value.features == ["rowTracking"]
+    with pytest.raises(UnsupportedTableFeatureError, match="futureWriterFeature") as caught:
+        check_writable(Protocol(3, 7, [], ["appendOnly", "futureWriterFeature"]), plain, "file:///t")
+    assert caught.value.features == ["futureWriterFeature"]
     mapped = Metadata(id="m", schema_string="{}", configuration={"delta.columnMapping.mode": "name"})
     check_writable(Protocol(2, 5), mapped, "file:///t")  # written with physical names
     identity = '{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":'

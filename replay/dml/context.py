@@ -26,6 +26,7 @@ from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_properties import ENABLE_DELETION_VECTORS
 from replay.state.pruning import prune
 from replay.state.snapshot import Snapshot
+from replay.txn.row_tracking import check_rows_kept
 from replay.txn.write_plan import file_write_spec
 from replay.txn.write_spec import FileWriteSpec
 
@@ -98,6 +99,8 @@ def dml_table(
     removes_rows: bool,
     after: TableConfiguration | None = None,
     change_data: bool = True,
+    rewrites_rows: bool = True,
+    operation: str = "change",
 ) -> DmlTable:
     """The :class:`DmlTable` of an operation on ``snapshot``.
 
@@ -105,10 +108,13 @@ def dml_table(
     the snapshot's. Raises before anything is written: :class:`UnsupportedTableFeatureError` for
     tables this library cannot change, :class:`AppendOnlyTableError` when ``removes_rows`` on a
     ``delta.appendOnly`` table (Delta's ``DELTA_CANNOT_MODIFY_APPEND_ONLY``). ``change_data=False``
-    leaves out the change data files even where the change data feed is on.
+    leaves out the change data files even where the change data feed is on. ``rewrites_rows``
+    (it copies or updates rows) is refused on a table with row tracking enabled
+    (:func:`~replay.txn.row_tracking.check_rows_kept`, naming ``operation``).
     """
     config = snapshot.config
     config.check_writable()
+    check_rows_kept(config, operation, rewrites_rows=rewrites_rows)
     target = after if after is not None else config
     target.check_commit(removes_data=removes_rows, previous=config)
     io = snapshot.io

@@ -79,7 +79,9 @@ def plan_delete(
     position) and check the table can be changed; returns the plan and its pruning predicate.
     With ``alias`` the predicate may also qualify the table's columns with it (``t.id``)."""
     dv = deletion_vectors_enabled(snapshot.config)
-    table = dml_table(snapshot, removes_rows=True, change_data=not dv)
+    table = dml_table(
+        snapshot, removes_rows=True, change_data=not dv, rewrites_rows=not dv, operation="DELETE"
+    )
     condition = SqlText(predicate, {alias or "": table.read_schema}, kind="predicate")
     return DeletePlan(table, condition), condition.bound.to_predicate()
 
@@ -90,7 +92,7 @@ def delete_rows(snapshot: Snapshot, predicate: str | None = None) -> DmlResult:
     txn = snapshot_transaction(snapshot, OPERATION)
     parameters = delete_parameters(predicate)
     if predicate is None:
-        dml_table(snapshot, removes_rows=True)
+        dml_table(snapshot, removes_rows=True, rewrites_rows=False, operation="DELETE")
         files = snapshot.files_table()
         return remove_whole_files(txn, files, None, parameters, started)
     plan, pruning = plan_delete(snapshot, predicate)

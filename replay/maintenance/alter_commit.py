@@ -3,7 +3,8 @@
 An ALTER is a metadata-only commit (plus a protocol upgrade when the new metadata needs one, see
 :func:`replay.protocol.table_features.protocol_for_metadata`). Features this library cannot
 write for a table that uses them are refused before anything is committed: a metadata change
-that would start using generated or identity columns or column invariants
+that would start using generated or identity columns, column invariants or row tracking (its
+existing files would need row ids)
 (writers would have to maintain them); features it does not know at all are refused by the
 commit's own protocol check.
 """
@@ -24,7 +25,7 @@ from replay.protocol.table_features import (
 from replay.state.snapshot import Snapshot
 from replay.txn.transaction import Transaction
 
-UNWRITABLE_METADATA_FEATURES = frozenset({"generatedColumns", "identityColumns", "invariants"})
+UNWRITABLE_METADATA_FEATURES = frozenset({"generatedColumns", "identityColumns", "invariants", "rowTracking"})
 """Features a metadata change may not start using: this library's writers cannot maintain them."""
 
 

@@ -30,6 +30,7 @@ from replay.protocol.table_properties import (
     ENABLE_CHANGE_DATA_FEED,
     ENABLE_EXPIRED_LOG_CLEANUP,
     ENABLE_IN_COMMIT_TIMESTAMPS,
+    ENABLE_ROW_TRACKING,
     IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
     ISOLATION_LEVEL,
     LOG_RETENTION,
@@ -71,6 +72,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "typeWidening-preview",
         "v2Checkpoint",
         "clustering",
+        "rowTracking",
     }
 )
 """Writer features whose tables this library can write to: it enforces invariants, CHECK
@@ -244,6 +246,14 @@ class TableConfiguration:
         """The columns file statistics cover when the table names them
         (``delta.dataSkippingStatsColumns``, replacing :attr:`num_indexed_cols`)."""
         return DATA_SKIPPING_STATS_COLUMNS.value_in(self.configuration)
+
+    @cached_property
+    def row_tracking_enabled(self) -> bool:
+        """Whether row ids must survive rewrites: ``delta.enableRowTracking`` on a table whose
+        protocol has the ``rowTracking`` feature (:mod:`replay.txn.row_tracking`)."""
+        return self.protocol.has_writer_feature("rowTracking") and ENABLE_ROW_TRACKING.value_in(
+            self.configuration
+        )
 
     @cached_property
     def isolation_level(self) -> IsolationLevel:

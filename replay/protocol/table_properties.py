@@ -262,6 +262,8 @@ def parse_checkpoint_policy(text: str) -> str:
 
 
 ENABLE_ROW_TRACKING = TableProperty("delta.enableRowTracking", False, parse_bool)
+MATERIALIZED_ROW_ID_KEY = "delta.rowTracking.materializedRowIdColumnName"
+MATERIALIZED_ROW_COMMIT_VERSION_KEY = "delta.rowTracking.materializedRowCommitVersionColumnName"
 ENABLE_TYPE_WIDENING = TableProperty("delta.enableTypeWidening", False, parse_bool)
 ENABLE_ICEBERG_COMPAT_V1 = TableProperty("delta.enableIcebergCompatV1", False, parse_bool)
 ENABLE_ICEBERG_COMPAT_V2 = TableProperty("delta.enableIcebergCompatV2", False, parse_bool)
@@ -309,8 +311,8 @@ OTHER_DELTA_KEYS = (
     "delta.enableVariantShredding",
     "delta.ignoreProtocolDefaults",
     "delta.parquet.compression.codec",
-    "delta.rowTracking.materializedRowCommitVersionColumnName",
-    "delta.rowTracking.materializedRowIdColumnName",
+    MATERIALIZED_ROW_COMMIT_VERSION_KEY,
+    MATERIALIZED_ROW_ID_KEY,
     "delta.sampleRetentionDuration",
     "delta.universalFormat.enabledFormats",
 )

@@ -80,6 +80,8 @@ from replay.txn.conflicts import (
     isolation_level_for,
 )
 from replay.txn.post_commit import PostCommitResult, run_post_commit_hooks
+from replay.txn.row_tracking import FEATURE as ROW_TRACKING_FEATURE
+from replay.txn.row_tracking import assign_row_ids, high_water_mark
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +126,7 @@ class Transaction:
         self._whole_table = False
         self._app_ids: set[str] = set()
         self._started = False
+        self._row_id_mark = -1  # the row id high water mark commits are numbered after (row tracking)
 
     @classmethod
     def for_table(cls, io: TableIO, version: int | None = None, *, operation: str = "WRITE") -> Transaction:
@@ -254,7 +257,9 @@ class Transaction:
 
     def _publish(self, current: CurrentTransaction, config: TableConfiguration) -> int:
         """Write the commit at the first version no conflicting transaction took."""
-        body = [action.json() for action in self._actions]
+        row_ids = config.protocol.has_writer_feature(ROW_TRACKING_FEATURE)
+        mark = high_water_mark(self.read_snapshot.domain_metadata) if self.read_snapshot else None
+        self._row_id_mark = -1 if mark is None else mark
         enables_ict = (
             config.in_commit_timestamps_enabled
             and self.read_config is not None
@@ -269,8 +274,12 @@ class Transaction:
         for attempt in range(1, self.max_attempts + 1):
             now = now_ms()
             in_commit_timestamp = timestamps.value(version, now)
+            actions: Sequence[Action] = self._actions  # as given, each attempt anew
             if enables_ict and in_commit_timestamp is not None:
-                body = self._ict_enablement_body(version, in_commit_timestamp)
+                actions = self._ict_enablement_actions(version, in_commit_timestamp)
+            if row_ids:  # the ids of this attempt's version, after the winners' (row_tracking)
+                actions, _ = assign_row_ids(actions, version, self._row_id_mark)
+            body = [action.json() for action in actions]
             line = commit_info(
                 info,
                 now=now,
@@ -314,11 +323,11 @@ class Transaction:
             winning_version=version - 1,
         )
 
-    def _ict_enablement_body(self, version: int, in_commit_timestamp: int) -> list[str]:
+    def _ict_enablement_actions(self, version: int, in_commit_timestamp: int) -> list[Action]:
         """The actions of a commit that enables in-commit timestamps on an existing table, its
         metadata recording where they start (Delta's ``delta.inCommitTimestampEnablementVersion``
         and ``...Timestamp``: the version and in-commit timestamp of this commit)."""
-        lines = []
+        actions: list[Action] = []
         for action in self._actions:
             if isinstance(action, Metadata):
                 configuration = {
@@ -326,10 +335,10 @@ class Transaction:
                     IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION.key: str(version),
                     IN_COMMIT_TIMESTAMP_ENABLEMENT_TIMESTAMP.key: str(in_commit_timestamp),
                 }
-                lines.append(dataclasses.replace(action, configuration=configuration).json())
+                actions.append(dataclasses.replace(action, configuration=configuration))
             else:
-                lines.append(action.json())
-        return lines
+                actions.append(action)
+        return actions
 
     def _rebase(
         self, current: CurrentTransaction, timestamps: InCommitTimestamps, first: int
@@ -349,6 +358,9 @@ class Transaction:
                 if winner.txn_id == self.txn_id:
                     return True, version
                 check_conflicts(current, winner)
+                winners_mark = high_water_mark(actions)
+                if winners_mark is not None:
+                    self._row_id_mark = max(self._row_id_mark, winners_mark)
                 timestamps.remember(version, actions)
                 version += 1
         except (ConcurrentModificationError, UnsupportedTableFeatureError):

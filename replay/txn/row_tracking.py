@@ -1,0 +1,93 @@
+"""Row tracking (Delta's ``rowTracking`` writer feature): fresh row ids for the files a commit adds.
+
+On a table whose protocol has the feature every row has a row id: the ``baseRowId`` of its file
+plus its index in the file (unless the file materializes another value). A commit gives each file
+it adds without one (a new file) a range of ids after the table's high water mark, kept in the
+``delta.rowTracking`` domain as ``{"rowIdHighWaterMark": n}``, and the commit's version as the
+file's ``defaultRowCommitVersion``; then records the new mark. Files that carry ids (a file
+re-added with a deletion vector, a restored file) keep them. Ids are assigned for each attempt at
+a version: a commit that lost a race assigns after the winners' mark, which is how Delta resolves
+concurrent assignments (they are no conflict). Pure: no I/O.
+
+With ``delta.enableRowTracking`` a row's id must also survive a rewrite (Delta materializes it
+in a hidden column); this library does not do that, so the operations that copy or update rows
+are refused on such tables (:func:`check_rows_kept`), while appends, overwrites and DELETE with
+deletion vectors (which copy nothing) work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+
+import orjson
+
+from replay.protocol.actions import Action, AddFile, DomainMetadata
+from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
+from replay.protocol.table_config import TableConfiguration
+
+ROW_TRACKING_DOMAIN = "delta.rowTracking"
+HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
+FEATURE = "rowTracking"
+
+
+class RowTrackingError(DeltaError, ValueError):
+    """A file added to a table with row tracking has no ``numRecords`` to size its row ids by."""
+
+
+def high_water_mark(domains: Mapping[str, DomainMetadata] | Iterable[Action]) -> int | None:
+    """The row id high water mark a table's domains (or a commit's actions) record, if any."""
+    found = domains.values() if isinstance(domains, Mapping) else domains
+    marks = [
+        int(orjson.loads(action.configuration or "{}").get(HIGH_WATER_MARK_KEY, -1))
+        for action in found
+        if isinstance(action, DomainMetadata) and action.domain == ROW_TRACKING_DOMAIN and not action.removed
+    ]
+    return max(marks) if marks else None
+
+
+def assign_row_ids(actions: Sequence[Action], version: int, mark: int) -> tuple[list[Action], int]:
+    """``actions`` with row ids for the files added without them, numbered on from ``mark`` (the
+    high water mark, -1 for none yet), ``version`` as their default row commit version, and the
+    new ``delta.rowTracking`` domain when any were assigned; and the new mark. Raises
+    :class:`RowTrackingError` for an added file without ``numRecords``."""
+    assigned: list[Action] = []
+    changed = False
+    for action in actions:
+        if isinstance(action, AddFile) and action.base_row_id is None:
+            records = action.num_records
+            if records is None:
+                raise RowTrackingError(
+                    f"Cannot give row ids to file {action.path}: its statistics have no numRecords"
+                )
+            commit_version = action.default_row_commit_version
+            assigned.append(
+                dataclasses.replace(
+                    action,
+                    base_row_id=mark + 1,
+                    default_row_commit_version=version if commit_version is None else commit_version,
+                )
+            )
+            mark += max(records, 0)
+            changed = True
+        elif not (isinstance(action, DomainMetadata) and action.domain == ROW_TRACKING_DOMAIN):
+            assigned.append(action)  # the row tracking domain is this function's to write
+    if changed:
+        configuration = orjson.dumps({HIGH_WATER_MARK_KEY: mark}).decode()
+        assigned.append(DomainMetadata(ROW_TRACKING_DOMAIN, configuration))
+    return assigned, mark
+
+
+def check_rows_kept(config: TableConfiguration, operation: str, *, rewrites_rows: bool) -> None:
+    """Raise :class:`UnsupportedTableFeatureError` when an operation that copies or updates rows
+    (``rewrites_rows``) runs on a table with ``delta.enableRowTracking``: their row ids would have
+    to be kept (see the module docstring)."""
+    if rewrites_rows and config.row_tracking_enabled:
+        raise UnsupportedTableFeatureError(
+            f"Cannot {operation} table {config.table}: it has row tracking enabled "
+            "(delta.enableRowTracking), and rows this operation copies or updates must keep their "
+            "row ids, which this library does not materialize; appends, overwrites and DELETE with "
+            "deletion vectors work (run this one with Delta Lake on Spark)",
+            table=config.table,
+            features=[FEATURE],
+        )
