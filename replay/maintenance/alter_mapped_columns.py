@@ -37,12 +37,7 @@ def rename_column(io: TableIO, snapshot: Snapshot, column: str, new_name: str) -
     committed version. Raises :class:`ColumnChangeError` (see the module docstring) and Delta's
     conflict exceptions."""
     table = io.shown_path
-    if snapshot.metadata.column_mapping_mode == "none":
-        raise ColumnChangeError(
-            f"[DELTA_UNSUPPORTED_RENAME_COLUMN] Column rename is not supported for your Delta table "
-            f"{table}. {ADVICE}",
-            table=table,
-        )
+    _require_column_mapping(snapshot, "DELTA_UNSUPPORTED_RENAME_COLUMN", "Column rename", table)
     schema = snapshot.schema
     path = _resolve(schema, column, table)
     if len(new_name) > 1 and new_name.startswith("`") and new_name.endswith("`"):
@@ -77,12 +72,7 @@ def drop_columns(
     docstring) and Delta's conflict exceptions."""
     table = io.shown_path
     given = list(columns)
-    if snapshot.metadata.column_mapping_mode == "none":
-        raise ColumnChangeError(
-            f"[DELTA_UNSUPPORTED_DROP_COLUMN] DROP COLUMN is not supported for your Delta table {table}. "
-            f"{ADVICE}",
-            table=table,
-        )
+    _require_column_mapping(snapshot, "DELTA_UNSUPPORTED_DROP_COLUMN", "DROP COLUMN", table)
     schema = snapshot.schema
     paths: list[list[str]] = []
     for column in given:
@@ -121,6 +111,14 @@ def drop_columns(
     metadata = snapshot.metadata.with_schema(dropped)
     parameters = {"columns": [".".join(path) for path in paths]}
     return commit_alter(io, snapshot, "DROP COLUMNS", parameters, metadata)
+
+
+def _require_column_mapping(snapshot: Snapshot, error_class: str, what: str, table: str) -> None:
+    """Delta's refusal of a rename or drop on a table without column mapping."""
+    if snapshot.metadata.column_mapping_mode == "none":
+        raise ColumnChangeError(
+            f"[{error_class}] {what} is not supported for your Delta table {table}. {ADVICE}", table=table
+        )
 
 
 def _resolve(schema: StructType, column: str, table: str) -> list[str]:
