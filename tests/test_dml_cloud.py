@@ -1,5 +1,5 @@
 """DELETE, UPDATE and MERGE on every object store (moto S3, fake-gcs-server, Azurite): the same rows
-and change feed as on local disk, in copy-on-write and deletion-vector tables."""
+and change feed as on local disk, in copy-on-write, deletion-vector and column-mapped tables."""
 
 from __future__ import annotations
 
@@ -51,7 +51,14 @@ def _run(
     return rows, changes
 
 
-@pytest.mark.parametrize("configuration", [CDF, DV_CDF], ids=["copy-on-write", "deletion-vectors"])
+MAPPED = {**DV_CDF, "delta.columnMapping.mode": "id"}
+"""Deletion vectors and the change feed on a table with column mapping (physical names, random
+prefix directories)."""
+
+
+@pytest.mark.parametrize(
+    "configuration", [CDF, DV_CDF, MAPPED], ids=["copy-on-write", "deletion-vectors", "column-mapping"]
+)
 @pytest.mark.parametrize("service", ["s3", "gcs", "azure"])
 def test_row_level_changes_on_object_stores(
     request: pytest.FixtureRequest, tmp_path: Path, service: str, configuration: dict[str, str]
