@@ -317,3 +317,22 @@ def test_a_conflict_names_the_partition_by_its_column(tmp_path: Path) -> None:
     other = delete_partition("q")
     write_table(uri, sample().slice(0, 1), mode="append")  # to part p only: no conflict
     other.commit()
+
+
+def test_a_field_brought_from_elsewhere_gets_fresh_mapping(tmp_path: Path) -> None:
+    """A new column carrying another table's id and physical name (a copied StructField) must not
+    reuse them: ids and physical names stay unique in the table."""
+    uri = mapped_table(tmp_path, "id")
+    schema = DeltaTable(uri).snapshot.schema
+    taken = schema.field("id")
+    foreign = StructField(
+        "copied",
+        PrimitiveType("long"),
+        metadata={FIELD_ID_KEY: taken.field_id, PHYSICAL_NAME_KEY: "col-other"},
+    )
+    DeltaTable(uri).alter.add_columns([foreign])
+    added = DeltaTable(uri).snapshot.schema.field("copied")
+    last = max(field_id for _, field_id in physical_fields(schema, True) if field_id is not None)
+    assert added.field_id == last + 1 and added.physical_name not in ("col-other", taken.physical_name)
+    kept, _ = assign_column_mapping(schema, last, known=frozenset({taken.physical_name}))
+    assert kept.field("id") == taken  # a field the table knows keeps its id and name

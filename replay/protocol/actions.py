@@ -24,6 +24,7 @@ from replay.protocol.column_mapping import (
     assign_column_mapping,
     max_column_id,
     partition_value_keys,
+    physical_names,
 )
 from replay.protocol.errors import InvalidTableSchemaError
 from replay.protocol.naming import camel_case
@@ -204,19 +205,19 @@ class Metadata(_Action):
         :func:`~replay.protocol.column_mapping.assign_column_mapping`), and the maximum follows."""
         configuration = changes.pop("configuration", self.configuration)
         if COLUMN_MAPPING_MODE.value_in(configuration) != "none":
-            last = max_column_id(self.schema, configuration) if self.schema_string else 0
-            schema, last = assign_column_mapping(schema, last, keep_names=keep_names)
+            current = self.schema if self.schema_string else None
+            last = max_column_id(current, configuration) if current else 0
+            known = physical_names(current) if current and self.column_mapping_mode != "none" else None
+            schema, last = assign_column_mapping(schema, last, keep_names=keep_names, known=known)
             configuration = {**configuration, MAX_COLUMN_ID_KEY: str(last)}
-        return dataclasses.replace(
-            self, schema_string=schema.to_json(), configuration=configuration, **changes
-        )
+        changes.update(schema_string=schema.to_json(), configuration=configuration)
+        return dataclasses.replace(self, **changes)
 
     @cached_property
     def partition_value_keys(self) -> dict[str, str]:
         """Each partition column's key in ``partitionValues`` (its physical name under column
         mapping, :func:`~replay.protocol.column_mapping.partition_value_keys`)."""
-        mapped = self.column_mapping_mode != "none"
-        return partition_value_keys(self.schema, self.partition_columns, mapped)
+        return partition_value_keys(self.schema, self.partition_columns, self.column_mapping_mode != "none")
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def max_column_id(schema: StructType, configuration: Mapping[str, str]) -> int:
     """The largest column mapping id in use: ``delta.columnMapping.maxColumnId``, or the largest
     id of the schema's fields if that is larger (or missing)."""
     declared = configuration.get(MAX_COLUMN_ID_KEY)
-    largest = max((i for i in _ids(schema)), default=0)
+    largest = max(_ids(schema), default=0)
     return max(largest, int(declared) if declared is not None and declared.isdigit() else 0)
 
 
@@ -116,39 +116,72 @@ def _ids(data_type: DataType) -> list[int]:
 
 
 def assign_column_mapping(
-    schema: StructType, last_id: int, *, keep_names: bool = False
+    schema: StructType,
+    last_id: int,
+    *,
+    keep_names: bool = False,
+    known: frozenset[str] | None = None,
 ) -> tuple[StructType, int]:
     """``schema`` with an id and a physical name for every field (nested ones too) that has
     none, numbered on from ``last_id`` in the order the fields appear; and the last id given.
-    Fields that have them keep theirs. New physical names are ``col-<uuid>``; with
-    ``keep_names`` (column mapping turned on for a table whose files name columns as the
-    schema does, as Delta does it) they are the fields' names."""
+    Fields that have them keep theirs, unless ``known`` (the physical names of the table's
+    fields) does not hold theirs: a field brought from elsewhere gets fresh ones, so no id or
+    name is used twice. New physical names are ``col-<uuid>``; with ``keep_names`` (column
+    mapping turned on for a table whose files name columns as the schema does, as Delta does
+    it) they are the fields' names."""
     counter = [last_id]
-    assigned = _assign_struct(schema, counter, keep_names)
+    assigned = _assign_struct(schema, counter, keep_names, known)
     return assigned, counter[0]
 
 
-def _assign_struct(struct: StructType, counter: list[int], keep_names: bool) -> StructType:
+def physical_names(schema: StructType) -> frozenset[str]:
+    """The physical names of every field of ``schema``, nested ones too."""
+    names: set[str] = set()
+
+    def visit(data_type: DataType) -> None:
+        if isinstance(data_type, StructType):
+            for struct_field in data_type.fields:
+                names.add(struct_field.physical_name)
+                visit(struct_field.type)
+        elif isinstance(data_type, ArrayType):
+            visit(data_type.element_type)
+        elif isinstance(data_type, MapType):
+            visit(data_type.key_type)
+            visit(data_type.value_type)
+
+    visit(schema)
+    return frozenset(names)
+
+
+def _assign_struct(
+    struct: StructType, counter: list[int], keep_names: bool, known: frozenset[str] | None
+) -> StructType:
     fields = []
     for struct_field in struct.fields:
         metadata = dict(struct_field.metadata)
+        if known is not None and metadata.get(PHYSICAL_NAME_KEY) not in known:
+            metadata.pop(PHYSICAL_NAME_KEY, None)
+            metadata.pop(FIELD_ID_KEY, None)
         if FIELD_ID_KEY not in metadata:
             counter[0] += 1
             metadata[FIELD_ID_KEY] = counter[0]
         if PHYSICAL_NAME_KEY not in metadata:
             metadata[PHYSICAL_NAME_KEY] = struct_field.name if keep_names else f"col-{uuid.uuid4()}"
-        data_type = _assign_type(struct_field.type, counter, keep_names)
+        data_type = _assign_type(struct_field.type, counter, keep_names, known)
         fields.append(StructField(struct_field.name, data_type, struct_field.nullable, metadata))
     return StructType(fields)
 
 
-def _assign_type(data_type: DataType, counter: list[int], keep_names: bool) -> DataType:
+def _assign_type(
+    data_type: DataType, counter: list[int], keep_names: bool, known: frozenset[str] | None
+) -> DataType:
     if isinstance(data_type, StructType):
-        return _assign_struct(data_type, counter, keep_names)
+        return _assign_struct(data_type, counter, keep_names, known)
     if isinstance(data_type, ArrayType):
-        return ArrayType(_assign_type(data_type.element_type, counter, keep_names), data_type.contains_null)
+        element = _assign_type(data_type.element_type, counter, keep_names, known)
+        return ArrayType(element, data_type.contains_null)
     if isinstance(data_type, MapType):
-        key = _assign_type(data_type.key_type, counter, keep_names)
-        value = _assign_type(data_type.value_type, counter, keep_names)
+        key = _assign_type(data_type.key_type, counter, keep_names, known)
+        value = _assign_type(data_type.value_type, counter, keep_names, known)
         return MapType(key, value, data_type.value_contains_null)
     return data_type
