@@ -215,3 +215,23 @@ def test_column_invariants_guard_what_they_read(tmp_path: Path) -> None:
     DeltaLog.for_table(path).commit([metadata], operation="CHANGE COLUMN")  # as Delta would have
     with pytest.raises(ColumnChangeError, match=r"(?s)^\[DELTA_CONSTRAINT_DEPENDENT_COLUMN_CHANGE\].*id > 0"):
         DeltaTable(path).alter.rename_column("id", "key")
+
+
+def test_the_statistics_columns_follow_renames_and_drops(tmp_path: Path) -> None:
+    """``delta.dataSkippingStatsColumns`` names columns: Delta renames and drops them there too."""
+    path = str(tmp_path / "t")
+    settings = {"delta.columnMapping.mode": "name", "delta.dataSkippingStatsColumns": "v,s.q,id"}
+    write_table(path, ROWS, configuration=settings)
+    DeltaTable(path).alter.rename_column("s", "the struct")
+    DeltaTable(path).alter.rename_column("v", "value")
+    DeltaTable(path).alter.drop_columns("id")
+    listed = DeltaTable(path).metadata().configuration["delta.dataSkippingStatsColumns"]
+    assert listed == "value,`the struct`.q"
+    write_table(path, ROWS.drop_columns(["id"]).rename_columns(["value", "p", "the struct"]), mode="append")
+    newest = max(DeltaTable(path).snapshot.files(), key=lambda f: f.modification_time)
+    stats = orjson.loads(newest.stats or "{}")
+    schema = DeltaTable(path).snapshot.schema
+    struct = schema.field("the struct")
+    q = struct.type.fields[0]  # type: ignore[union-attr]
+    assert set(stats["nullCount"]) == {schema.field("value").physical_name, struct.physical_name}
+    assert set(stats["nullCount"][struct.physical_name]) == {q.physical_name}

@@ -23,6 +23,8 @@ from replay.protocol.constraints import check_constraints, table_constraints
 from replay.protocol.naming import split_column_path
 from replay.protocol.schema import StructField, StructType
 from replay.protocol.sql import parse_expression
+from replay.protocol.sql.syntax import quote_if_needed
+from replay.protocol.table_properties import DATA_SKIPPING_STATS_COLUMNS
 from replay.state.snapshot import Snapshot
 
 ADVICE = (
@@ -58,8 +60,13 @@ def rename_column(io: TableIO, snapshot: Snapshot, column: str, new_name: str) -
     partitions = list(snapshot.partition_columns)
     if len(path) == 1 and path[0] in partitions:
         partitions[partitions.index(path[0])] = new_name
-    metadata = snapshot.metadata.with_schema(renamed, partition_columns=partitions)
-    new_path = [*path[:-1], new_name]
+    new_path = (*path[:-1], new_name)
+    configuration = _stats_columns_after(
+        snapshot, lambda p: (*new_path, *p[len(path) :]) if _under(p, path) else p
+    )
+    metadata = snapshot.metadata.with_schema(
+        renamed, partition_columns=partitions, configuration=configuration
+    )
     parameters = {"oldColumnPath": ".".join(path), "newColumnPath": ".".join(new_path)}
     return commit_alter(io, snapshot, "RENAME COLUMN", parameters, metadata)
 
@@ -108,9 +115,32 @@ def drop_columns(
             "left would be a partition column, and a Delta table needs a data column.",
             table=table,
         )
-    metadata = snapshot.metadata.with_schema(dropped)
+    configuration = _stats_columns_after(
+        snapshot, lambda p: None if any(_under(p, dropped_path) for dropped_path in paths) else p
+    )
+    metadata = snapshot.metadata.with_schema(dropped, configuration=configuration)
     parameters = {"columns": [".".join(path) for path in paths]}
     return commit_alter(io, snapshot, "DROP COLUMNS", parameters, metadata)
+
+
+def _under(path: Sequence[str], column: Sequence[str]) -> bool:
+    """Whether ``path`` is ``column`` or a field inside it (case-insensitively)."""
+    return [part.lower() for part in path[: len(column)]] == [part.lower() for part in column]
+
+
+def _stats_columns_after(
+    snapshot: Snapshot, change: Callable[[tuple[str, ...]], tuple[str, ...] | None]
+) -> dict[str, str]:
+    """The table's configuration with ``delta.dataSkippingStatsColumns`` following a rename or a
+    drop (``change`` maps each listed path to its new one, ``None``: gone), as Delta keeps it."""
+    configuration = dict(snapshot.metadata.configuration)
+    listed = snapshot.config.stats_columns
+    if listed is None:
+        return configuration
+    kept = [changed for changed in map(change, listed) if changed is not None]
+    text = ",".join(".".join(quote_if_needed(part) for part in path) for path in kept)
+    configuration[DATA_SKIPPING_STATS_COLUMNS.key] = text
+    return configuration
 
 
 def _require_column_mapping(snapshot: Snapshot, error_class: str, what: str, table: str) -> None:
