@@ -235,3 +235,19 @@ def test_the_statistics_columns_follow_renames_and_drops(tmp_path: Path) -> None
     q = struct.type.fields[0]  # type: ignore[union-attr]
     assert set(stats["nullCount"]) == {schema.field("value").physical_name, struct.physical_name}
     assert set(stats["nullCount"][struct.physical_name]) == {q.physical_name}
+
+
+def test_a_column_named_twice_or_inside_another_is_dropped_once(tmp_path: Path) -> None:
+    uri = str(mapped(tmp_path))
+    DeltaTable(uri).alter.drop_columns(["s.q", "v", "s", "V"])
+    assert DeltaTable(uri).snapshot.schema.field_names == ["id", "p"]
+    assert DeltaTable(uri).history(1)[0]["operationParameters"] == {"columns": '["v","s"]'}
+    assert our_rows(uri) == rust_rows(uri)
+
+
+def test_a_rename_elsewhere_leaves_the_statistics_columns_as_written(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    settings = {"delta.columnMapping.mode": "name", "delta.dataSkippingStatsColumns": " v , `s`.q"}
+    write_table(path, ROWS, configuration=settings)
+    DeltaTable(path).alter.rename_column("id", "key")
+    assert DeltaTable(path).metadata().configuration["delta.dataSkippingStatsColumns"] == " v , `s`.q"

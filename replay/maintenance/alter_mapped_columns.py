@@ -88,6 +88,7 @@ def drop_columns(
         except ColumnChangeError:
             if not if_exists:
                 raise
+    paths = _outermost(paths)
     if not paths:
         return None
     partitions = [p for p in paths if len(p) == 1 and p[0] in snapshot.partition_columns]
@@ -123,6 +124,17 @@ def drop_columns(
     return commit_alter(io, snapshot, "DROP COLUMNS", parameters, metadata)
 
 
+def _outermost(paths: list[list[str]]) -> list[list[str]]:
+    """``paths`` once each, without those inside another of them (dropped with it), in order."""
+    kept: list[list[str]] = []
+    for path in paths:
+        if any(_under(path, other) for other in kept):
+            continue
+        kept = [other for other in kept if not _under(other, path)]
+        kept.append(path)
+    return kept
+
+
 def _under(path: Sequence[str], column: Sequence[str]) -> bool:
     """Whether ``path`` is ``column`` or a field inside it (case-insensitively)."""
     return [part.lower() for part in path[: len(column)]] == [part.lower() for part in column]
@@ -138,8 +150,9 @@ def _stats_columns_after(
     if listed is None:
         return configuration
     kept = [changed for changed in map(change, listed) if changed is not None]
-    text = ",".join(".".join(quote_if_needed(part) for part in path) for path in kept)
-    configuration[DATA_SKIPPING_STATS_COLUMNS.key] = text
+    if kept != list(listed):
+        text = ",".join(".".join(quote_if_needed(part) for part in path) for path in kept)
+        configuration[DATA_SKIPPING_STATS_COLUMNS.key] = text
     return configuration
 
 
