@@ -53,6 +53,7 @@ def assign_row_ids(actions: Sequence[Action], version: int, mark: int) -> tuple[
     :class:`RowTrackingError` for an added file without ``numRecords``."""
     assigned: list[Action] = []
     changed = False
+    given: DomainMetadata | None = None
     for action in actions:
         if isinstance(action, AddFile) and action.base_row_id is None:
             records = action.num_records
@@ -70,11 +71,15 @@ def assign_row_ids(actions: Sequence[Action], version: int, mark: int) -> tuple[
             )
             mark += max(records, 0)
             changed = True
-        elif not (isinstance(action, DomainMetadata) and action.domain == ROW_TRACKING_DOMAIN):
-            assigned.append(action)  # the row tracking domain is this function's to write
+        elif isinstance(action, DomainMetadata) and action.domain == ROW_TRACKING_DOMAIN:
+            given = action  # written below: the mark of the ids given here supersedes it
+        else:
+            assigned.append(action)
     if changed:
         configuration = orjson.dumps({HIGH_WATER_MARK_KEY: mark}).decode()
         assigned.append(DomainMetadata(ROW_TRACKING_DOMAIN, configuration))
+    elif given is not None:
+        assigned.append(given)
     return assigned, mark
 
 
