@@ -15,7 +15,7 @@ columns) and are refused.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -24,6 +24,7 @@ import pyarrow as pa
 from replay.log.table_io import TableIO
 from replay.maintenance.alter_commit import commit_alter
 from replay.protocol.errors import DeltaError
+from replay.protocol.naming import split_column_path
 from replay.protocol.schema import (
     ArrayType,
     DataType,
@@ -156,31 +157,56 @@ def set_column_metadata(io: TableIO, snapshot: Snapshot, column: str, metadata: 
             "'delta.' belong to Delta (column mapping, invariants, generated and identity columns)",
             table=table,
         )
-    path = column.split(".")
-    fields, changed = _with_metadata(
-        list(snapshot.schema.fields), path, dict(metadata), snapshot.schema, table
-    )
-    new_metadata = dataclasses.replace(snapshot.metadata, schema_string=StructType(fields).to_json())
+    path = resolve_column(snapshot.schema, column, table)
+    current = struct_at(snapshot.schema, path[:-1]).field(path[-1])
+    changed = dataclasses.replace(current, metadata={**current.metadata, **metadata})
+    schema = replace_field(snapshot.schema, path, lambda _: [changed])
+    new_metadata = dataclasses.replace(snapshot.metadata, schema_string=schema.to_json())
     parameters = {"column": column_parameter([*path[:-1], changed.name], changed)}
     return commit_alter(io, snapshot, "CHANGE COLUMN", parameters, new_metadata)
 
 
-def _with_metadata(
-    fields: list[StructField], path: list[str], metadata: dict[str, Any], schema: StructType, table: str
-) -> tuple[list[StructField], StructField]:
-    index = next((i for i, f in enumerate(fields) if f.name.lower() == path[0].lower()), None)
-    if index is None or (len(path) > 1 and not isinstance(fields[index].type, StructType)):
-        raise ColumnChangeError(
-            f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{'.'.join(path)}` given "
-            f"[{', '.join(schema.field_names)}] (table {table})",
-            table=table,
-        )
-    field = fields[index]
-    if len(path) == 1:
-        changed = dataclasses.replace(field, metadata={**field.metadata, **metadata})
-        fields[index] = changed
-        return fields, changed
-    assert isinstance(field.type, StructType)
-    children, changed = _with_metadata(list(field.type.fields), path[1:], metadata, schema, table)
-    fields[index] = dataclasses.replace(field, type=StructType(children))
-    return fields, changed
+def resolve_column(schema: StructType, column: str, table: str) -> list[str]:
+    """``column`` (``a``, ``s.f``, parts backquoted where needed) as a path in the schema's
+    spelling, matched case-insensitively; Delta's ``DELTA_COLUMN_NOT_FOUND`` if absent."""
+    parts = split_column_path(column) or (column,)
+    struct: StructType | None = schema
+    path: list[str] = []
+    for part in parts:
+        match = next((f for f in struct.fields if f.name.lower() == part.lower()), None) if struct else None
+        if match is None:
+            raise ColumnChangeError(
+                f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{column}` given "
+                f"[{', '.join(schema.field_names)}] (table {table})",
+                table=table,
+            )
+        path.append(match.name)
+        struct = match.type if isinstance(match.type, StructType) else None
+    return path
+
+
+def struct_at(schema: StructType, path: Sequence[str]) -> StructType:
+    """The struct at ``path`` (a resolved path; empty: the schema)."""
+    struct = schema
+    for name in path:
+        found = next(f for f in struct.fields if f.name == name)
+        assert isinstance(found.type, StructType)
+        struct = found.type
+    return struct
+
+
+def replace_field(
+    struct: StructType, path: Sequence[str], replace: Callable[[StructField], list[StructField]]
+) -> StructType:
+    """``struct`` with the field at ``path`` replaced by what ``replace(field)`` returns."""
+    fields: list[StructField] = []
+    for struct_field in struct.fields:
+        if struct_field.name != path[0]:
+            fields.append(struct_field)
+        elif len(path) == 1:
+            fields += replace(struct_field)
+        else:
+            assert isinstance(struct_field.type, StructType)
+            inner = replace_field(struct_field.type, path[1:], replace)
+            fields.append(StructField(struct_field.name, inner, struct_field.nullable, struct_field.metadata))
+    return StructType(fields)

@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from replay.log.table_io import TableIO
-from replay.maintenance.alter_columns import ColumnChangeError
+from replay.maintenance.alter_columns import ColumnChangeError, replace_field, resolve_column, struct_at
 from replay.maintenance.alter_commit import commit_alter
 from replay.protocol.constraints import check_constraints, table_constraints
-from replay.protocol.naming import split_column_path
-from replay.protocol.schema import StructField, StructType
+from replay.protocol.schema import StructField
 from replay.protocol.sql import parse_expression
 from replay.protocol.sql.syntax import quote_if_needed
 from replay.protocol.table_properties import DATA_SKIPPING_STATS_COLUMNS
@@ -41,7 +40,7 @@ def rename_column(io: TableIO, snapshot: Snapshot, column: str, new_name: str) -
     table = io.shown_path
     _require_column_mapping(snapshot, "DELTA_UNSUPPORTED_RENAME_COLUMN", "Column rename", table)
     schema = snapshot.schema
-    path = _resolve(schema, column, table)
+    path = resolve_column(schema, column, table)
     if len(new_name) > 1 and new_name.startswith("`") and new_name.endswith("`"):
         new_name = new_name[1:-1].replace("``", "`")
     if not new_name:
@@ -49,14 +48,14 @@ def rename_column(io: TableIO, snapshot: Snapshot, column: str, new_name: str) -
             f"Cannot rename column {column} of table {table} to an empty name", table=table
         )
     _check_not_referenced(snapshot, path, "rename", table)
-    siblings = _struct_at(schema, path[:-1])
+    siblings = struct_at(schema, path[:-1])
     if any(f.name.lower() == new_name.lower() and f.name != path[-1] for f in siblings.fields):
         raise ColumnChangeError(
             f"[FIELD_ALREADY_EXISTS] Cannot rename column {'.'.join(path)} of table {table}: a column "
             f"{new_name} already exists.",
             table=table,
         )
-    renamed = _change(schema, path, lambda f: [StructField(new_name, f.type, f.nullable, f.metadata)])
+    renamed = replace_field(schema, path, lambda f: [StructField(new_name, f.type, f.nullable, f.metadata)])
     partitions = list(snapshot.partition_columns)
     if len(path) == 1 and path[0] in partitions:
         partitions[partitions.index(path[0])] = new_name
@@ -84,7 +83,7 @@ def drop_columns(
     paths: list[list[str]] = []
     for column in given:
         try:
-            paths.append(_resolve(schema, column, table))
+            paths.append(resolve_column(schema, column, table))
         except ColumnChangeError:
             if not if_exists:
                 raise
@@ -102,8 +101,8 @@ def drop_columns(
     dropped = schema
     for path in paths:
         _check_not_referenced(snapshot, path, "drop", table)
-        dropped = _change(dropped, path, lambda f: [])
-        if not _struct_at(dropped, path[:-1]).fields:
+        dropped = replace_field(dropped, path, lambda f: [])
+        if not struct_at(dropped, path[:-1]).fields:
             where = f"struct {'.'.join(path[:-1])}" if len(path) > 1 else "table"
             raise ColumnChangeError(
                 f"Cannot drop column {'.'.join(path)} of table {table}: it is the last column of its "
@@ -162,50 +161,6 @@ def _require_column_mapping(snapshot: Snapshot, error_class: str, what: str, tab
         raise ColumnChangeError(
             f"[{error_class}] {what} is not supported for your Delta table {table}. {ADVICE}", table=table
         )
-
-
-def _resolve(schema: StructType, column: str, table: str) -> list[str]:
-    """``column``'s path in the schema's spelling; :class:`ColumnChangeError` naming it if absent."""
-    parts = split_column_path(column) or (column,)
-    struct: StructType | None = schema
-    path: list[str] = []
-    for part in parts:
-        match = next((f for f in struct.fields if f.name.lower() == part.lower()), None) if struct else None
-        if match is None:
-            raise ColumnChangeError(
-                f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{column}` of table {table} given "
-                f"columns [{', '.join(schema.field_names)}]",
-                table=table,
-            )
-        path.append(match.name)
-        struct = match.type if isinstance(match.type, StructType) else None
-    return path
-
-
-def _struct_at(schema: StructType, path: Sequence[str]) -> StructType:
-    struct = schema
-    for name in path:
-        found = next(f for f in struct.fields if f.name == name)
-        assert isinstance(found.type, StructType)
-        struct = found.type
-    return struct
-
-
-def _change(
-    struct: StructType, path: Sequence[str], replace: Callable[[StructField], list[StructField]]
-) -> StructType:
-    """``struct`` with the field at ``path`` replaced by what ``replace(field)`` returns."""
-    fields: list[StructField] = []
-    for struct_field in struct.fields:
-        if struct_field.name != path[0]:
-            fields.append(struct_field)
-        elif len(path) == 1:
-            fields += replace(struct_field)
-        else:
-            assert isinstance(struct_field.type, StructType)
-            inner = _change(struct_field.type, path[1:], replace)
-            fields.append(StructField(struct_field.name, inner, struct_field.nullable, struct_field.metadata))
-    return StructType(fields)
 
 
 def _check_not_referenced(snapshot: Snapshot, path: Sequence[str], action: str, table: str) -> None:
