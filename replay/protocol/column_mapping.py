@@ -14,7 +14,7 @@ of these are the logical names. New columns of a mapped table get the next ids a
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
@@ -76,21 +76,23 @@ def data_file_prefix_length(configuration: Mapping[str, str], partitioned: bool)
     return random_prefix_length(configuration, partitioned_mapped=mapped)
 
 
+def stored_name(struct_field: StructField, mapped: bool) -> str:
+    """The name data files, statistics and ``partitionValues`` know a field by: its physical name
+    under column mapping (``mapped``), else its name."""
+    return struct_field.physical_name if mapped else struct_field.name
+
+
 def partition_value_keys(schema: StructType, partition_columns: list[str], mapped: bool) -> dict[str, str]:
-    """Each partition column's key in an ``add``'s ``partitionValues``: its physical name under
-    column mapping (``mapped``), else its name."""
-    if not mapped:
-        return {column: column for column in partition_columns}
+    """Each partition column's key in an ``add``'s ``partitionValues`` (:func:`stored_name`)."""
     by_name = {f.name: f for f in schema.fields}
-    return {column: by_name[column].physical_name for column in partition_columns}
+    return {column: stored_name(by_name[column], mapped) for column in partition_columns}
 
 
 def partition_value(values: Mapping[str, str | None], struct_field: StructField, mapped: bool) -> str | None:
     """A partition column's serialised value in ``partitionValues``: under its physical name under
     column mapping (``mapped``; the logical name when the physical one is absent), else its name."""
-    if mapped and struct_field.physical_name in values:
-        return values[struct_field.physical_name]
-    return values.get(struct_field.name)
+    key = stored_name(struct_field, mapped)
+    return values[key] if key in values else values.get(struct_field.name)
 
 
 def max_column_id(schema: StructType, configuration: Mapping[str, str]) -> int:
@@ -102,17 +104,20 @@ def max_column_id(schema: StructType, configuration: Mapping[str, str]) -> int:
 
 
 def _ids(data_type: DataType) -> list[int]:
-    ids: list[int] = []
+    return [f.field_id for f in _all_fields(data_type) if f.field_id is not None]
+
+
+def _all_fields(data_type: DataType) -> Iterator[StructField]:
+    """Every struct field of ``data_type``, nested ones too (in arrays and maps)."""
     if isinstance(data_type, StructType):
         for struct_field in data_type.fields:
-            if struct_field.field_id is not None:
-                ids.append(struct_field.field_id)
-            ids += _ids(struct_field.type)
+            yield struct_field
+            yield from _all_fields(struct_field.type)
     elif isinstance(data_type, ArrayType):
-        ids += _ids(data_type.element_type)
+        yield from _all_fields(data_type.element_type)
     elif isinstance(data_type, MapType):
-        ids += _ids(data_type.key_type) + _ids(data_type.value_type)
-    return ids
+        yield from _all_fields(data_type.key_type)
+        yield from _all_fields(data_type.value_type)
 
 
 def assign_column_mapping(
@@ -136,21 +141,7 @@ def assign_column_mapping(
 
 def physical_names(schema: StructType) -> frozenset[str]:
     """The physical names of every field of ``schema``, nested ones too."""
-    names: set[str] = set()
-
-    def visit(data_type: DataType) -> None:
-        if isinstance(data_type, StructType):
-            for struct_field in data_type.fields:
-                names.add(struct_field.physical_name)
-                visit(struct_field.type)
-        elif isinstance(data_type, ArrayType):
-            visit(data_type.element_type)
-        elif isinstance(data_type, MapType):
-            visit(data_type.key_type)
-            visit(data_type.value_type)
-
-    visit(schema)
-    return frozenset(names)
+    return frozenset(f.physical_name for f in _all_fields(schema))
 
 
 def _assign_struct(

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from replay.data.partition_values import parse_partition_value
+from replay.protocol.column_mapping import stored_name
 from replay.protocol.predicates import (
     And,
     Compare,
@@ -302,7 +303,7 @@ def _resolve(schema: StructType, path: tuple[str, ...]) -> list[StructField] | N
 
 
 def _physical(field: StructField, mode: str) -> str:
-    return field.physical_name if mode != "none" else field.name
+    return stored_name(field, mode != "none")
 
 
 def _partition_bounds(files: pa.Table, field: StructField, mode: str) -> Bounds:
