@@ -22,29 +22,35 @@ def snake_case(name: str) -> str:
     return _CAMEL_BOUNDARY.sub("_", name).lower()
 
 
+def split_outside_backquotes(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` where it stands outside backquotes, the pieces as written
+    (a doubled backquote inside a quoted name opens and closes, so it never splits)."""
+    items: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for char in text:
+        if char == "`":
+            quoted = not quoted
+        if char == separator and not quoted:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    items.append("".join(current))
+    return items
+
+
+_QUOTED = re.compile(r"`((?:[^`]|``)*)`")
+
+
 def split_column_path(text: str) -> tuple[str, ...] | None:
     """The parts of a column path as Spark reads an attribute name: split at dots outside
     backquotes, a backquoted part unquoted (a doubled backquote is one): ``s.`a.b``` is
     ``("s", "a.b")``. ``None`` for an unclosed backquote or an empty part."""
-    parts: list[str] = []
-    current: list[str] = []
-    quoted = False
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char == "`":
-            if quoted and text[index + 1 : index + 2] == "`":
-                current.append("`")
-                index += 1
-            else:
-                quoted = not quoted
-        elif char == "." and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-        index += 1
-    parts.append("".join(current))
-    if quoted or not all(parts):
+    if text.count("`") % 2:
         return None
-    return tuple(parts)
+    parts = tuple(
+        _QUOTED.sub(lambda m: m.group(1).replace("``", "`"), piece)
+        for piece in split_outside_backquotes(text, ".")
+    )
+    return parts if all(parts) else None

@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from replay.protocol.errors import DeltaError
 from replay.protocol.isolation import DEFAULT_ISOLATION_LEVEL, IsolationLevel
-from replay.protocol.naming import split_column_path
+from replay.protocol.naming import split_column_path, split_outside_backquotes
 
 T = TypeVar("T")
 
@@ -169,7 +169,7 @@ def parse_column_paths(text: str) -> tuple[tuple[str, ...], ...]:
     attribute name (:func:`~replay.protocol.naming.split_column_path`); commas inside backquotes
     belong to the name."""
     paths: list[tuple[str, ...]] = []
-    for raw in _split_outside_backquotes(text, ","):
+    for raw in split_outside_backquotes(text, ","):
         item = raw.strip()
         if not item:
             continue
@@ -178,22 +178,6 @@ def parse_column_paths(text: str) -> tuple[tuple[str, ...], ...]:
             raise ValueError(f"not a column name: {item!r}")
         paths.append(parts)
     return tuple(paths)
-
-
-def _split_outside_backquotes(text: str, separator: str) -> list[str]:
-    items: list[str] = []
-    current: list[str] = []
-    quoted = False
-    for char in text:
-        if char == "`":
-            quoted = not quoted  # a doubled backquote toggles twice: still inside
-        if char == separator and not quoted:
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    items.append("".join(current))
-    return items
 
 
 DATA_SKIPPING_STATS_COLUMNS: TableProperty[tuple[tuple[str, ...], ...] | None] = TableProperty(
