@@ -33,7 +33,7 @@ from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
 from replay.maintenance.optimize_plan import Bin, describe_partition
 from replay.protocol.actions import AddFile, RemoveFile
-from replay.protocol.column_mapping import data_file_prefix_length, data_file_schema, partition_value
+from replay.protocol.column_mapping import partition_value
 from replay.protocol.paths import resolve_path
 from replay.protocol.table_config import check_protocol_writable
 from replay.state.snapshot import Snapshot
@@ -76,17 +76,8 @@ def check_rewritable(snapshot: Snapshot) -> None:
 
 def write_spec(snapshot: Snapshot, conf: dict[str, str] | None = None) -> FileWriteSpec:
     """The spec of files rewritten in ``snapshot``'s table: its schema, partitioning, statistics."""
-    config = snapshot.config
-    return FileWriteSpec(
-        table_path=snapshot.table_path,
-        schema=snapshot.schema.to_arrow(),
-        partition_columns=tuple(snapshot.partition_columns),
-        conf=dict(snapshot.io.conf if conf is None else conf),
-        num_indexed_cols=config.num_indexed_cols,
-        string_prefix_length=config.string_prefix_length,
-        stats_columns=config.stats_columns,
-        file_schema=data_file_schema(snapshot.schema, snapshot.metadata.configuration),
-        prefix_length=data_file_prefix_length(config.configuration, bool(snapshot.partition_columns)),
+    return FileWriteSpec.of_table(
+        snapshot.table_path, snapshot.config, snapshot.io.conf if conf is None else conf
     )
 
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 
 from replay.log.table_io import TableIO
 from replay.protocol.actions import Metadata, Protocol
-from replay.protocol.column_mapping import data_file_prefix_length, data_file_schema
 from replay.protocol.column_names import check_column_names
 from replay.protocol.errors import DeltaError, TableNotFoundError
 from replay.protocol.schema import PrimitiveType, StructType
@@ -326,23 +325,14 @@ def file_write_spec(
     row-level and maintenance operations. The constraints are bound here once, so an expression
     this library cannot evaluate fails the write before any file is written
     (:class:`UnsupportedTableFeatureError` naming the constraint); the spec carries their texts."""
-    schema = config.metadata.schema
-    spec = FileWriteSpec(
-        table_path=io.table_path,
-        schema=schema.to_arrow(),
-        partition_columns=tuple(config.metadata.partition_columns),
-        conf=dict(io.conf),
-        num_indexed_cols=config.num_indexed_cols,
-        string_prefix_length=config.string_prefix_length,
-        stats_columns=config.stats_columns,
+    spec = replace(
+        FileWriteSpec.of_table(io.table_path, config, io.conf),
         max_records_per_file=max_records_per_file
         if max_records_per_file and max_records_per_file > 0
         else None,
         replace_where=replace_where,
         constraints=config.constraints,
         write_time=datetime.datetime.now(datetime.UTC),
-        file_schema=data_file_schema(schema, config.metadata.configuration),
-        prefix_length=data_file_prefix_length(config.configuration, bool(config.metadata.partition_columns)),
     )
     spec.compile_constraints()
     return spec

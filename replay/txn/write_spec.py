@@ -19,8 +19,10 @@ import pyarrow as pa
 
 from logstores.redaction import redact_url
 from replay.data.dictionaries import decode_dictionaries, is_dictionary_of
+from replay.protocol.column_mapping import data_file_prefix_length, data_file_schema
 from replay.protocol.constraints import TableConstraints
 from replay.protocol.sql_predicate import parse_predicate
+from replay.protocol.table_config import TableConfiguration
 from replay.txn.constraint_checks import InvariantViolationError, RowConstraints, compile_constraints
 from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, DEFAULT_STRING_PREFIX_LENGTH
 
@@ -57,6 +59,24 @@ class FileWriteSpec:
     stats_columns: tuple[tuple[str, ...], ...] | None = None
     """The columns statistics cover when the table names them (``delta.dataSkippingStatsColumns``,
     logical paths); ``None``: the first :attr:`num_indexed_cols` leaves."""
+
+    @classmethod
+    def of_table(cls, table_path: str, config: TableConfiguration, conf: Mapping[str, str]) -> FileWriteSpec:
+        """How files of a table in ``config`` are laid out: its columns, partitioning, statistics,
+        column mapping and file prefixes (no constraints, no write options)."""
+        metadata = config.metadata
+        partitioned = bool(metadata.partition_columns)
+        return cls(
+            table_path=table_path,
+            schema=metadata.schema.to_arrow(),
+            partition_columns=tuple(metadata.partition_columns),
+            conf=dict(conf),
+            num_indexed_cols=config.num_indexed_cols,
+            string_prefix_length=config.string_prefix_length,
+            stats_columns=config.stats_columns,
+            file_schema=data_file_schema(metadata.schema, config.configuration),
+            prefix_length=data_file_prefix_length(config.configuration, partitioned),
+        )
 
     def compile_constraints(self) -> RowConstraints | None:
         """The constraints bound to :attr:`schema` (``None`` when the table has none)."""
