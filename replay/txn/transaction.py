@@ -258,8 +258,9 @@ class Transaction:
     def _publish(self, current: CurrentTransaction, config: TableConfiguration) -> int:
         """Write the commit at the first version no conflicting transaction took."""
         row_ids = config.protocol.has_writer_feature(ROW_TRACKING_FEATURE)
-        mark = high_water_mark(self.read_snapshot.domain_metadata) if self.read_snapshot else None
-        self._row_id_mark = -1 if mark is None else mark
+        if row_ids and self.read_snapshot is not None:  # the table's domains are read only then
+            mark = high_water_mark(self.read_snapshot.domain_metadata)
+            self._row_id_mark = -1 if mark is None else mark
         enables_ict = (
             config.in_commit_timestamps_enabled
             and self.read_config is not None
