@@ -9,12 +9,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable as RustTable
 from deltalake import QueryBuilder
 
 from replay import DeltaLog, DeltaTable, table_changes, write_table
+from replay.data.reader import TableReader
 from replay.dml.merge_clauses import MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE, ClauseSpec
+from replay.protocol.paths import resolve_path
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 DV = {"delta.enableDeletionVectors": "true"}
@@ -242,3 +246,40 @@ def commit_summary(uri: str, version: int | None = None, conf: Any = None) -> di
         "readVersion": entry.get("readVersion"),
         "isolationLevel": entry.get("isolationLevel"),
     }
+
+
+def row_lineage(uri: str) -> dict[int, tuple[int, int]]:
+    """``id`` -> (row id, row commit version) of every live row of a table with row tracking: each
+    file's hidden columns read with pyarrow (the names the table's properties give), the rest
+    derived from the log (``baseRowId`` plus the physical row index, ``defaultRowCommitVersion``)."""
+    table = DeltaTable(uri)
+    snapshot = table.snapshot
+    configuration = table.metadata().configuration
+    names = [
+        configuration["delta.rowTracking.materializedRowIdColumnName"],
+        configuration["delta.rowTracking.materializedRowCommitVersionColumnName"],
+    ]
+    reader = TableReader.for_metadata(uri, snapshot.metadata, snapshot.protocol)
+    found: dict[int, tuple[int, int]] = {}
+    for add in snapshot.files():
+        assert add.base_row_id is not None and add.default_row_commit_version is not None
+        keys = reader.read_file(add, ["id"], row_filter=False).column("id").to_pylist()
+        stored = pq.read_table(resolve_path(uri, add.path))
+        count = len(keys)
+        ids = np.arange(add.base_row_id, add.base_row_id + count)
+        versions = np.full(count, add.default_row_commit_version)
+        if names[0] in stored.column_names:
+            kept = stored.column(names[0]).to_pylist()
+            ids = np.array([k if k is not None else d for k, d in zip(kept, ids, strict=True)])
+        if names[1] in stored.column_names:
+            kept = stored.column(names[1]).to_pylist()
+            versions = np.array([k if k is not None else d for k, d in zip(kept, versions, strict=True)])
+        deleted = reader.deletion_filter(add)
+        live = deleted.mask(count, uri).to_pylist() if deleted is not None else [True] * count
+        for key, row_id, version, alive in zip(keys, ids.tolist(), versions.tolist(), live, strict=True):
+            if alive:
+                assert key not in found, key
+                found[key] = (row_id, version)
+    row_ids = [row_id for row_id, _ in found.values()]
+    assert len(set(row_ids)) == len(row_ids), "row ids must be unique"
+    return found

@@ -121,8 +121,8 @@ def test_keys_and_values_are_checked(tmp_path: Path) -> None:
         table.alter.set_table_properties({"delta.constraints.x": "a > 0"})
     with pytest.raises(UnsupportedTableFeatureError, match="from 'none' to 'id'"):
         table.alter.set_table_properties({"delta.columnMapping.mode": "id"})  # only "name" may be turned on
-    with pytest.raises(UnsupportedTableFeatureError, match="rowTracking"):  # its files would need row ids
-        table.alter.set_table_properties({"delta.enableRowTracking": "true"})
+    with pytest.raises(InvalidTablePropertyError, match=r"delta\.checkpointInterval"):  # before any backfill
+        table.alter.set_table_properties({"delta.enableRowTracking": "true", "delta.checkpointInterval": "0"})
     assert table.version() == 0  # nothing was committed
     table.alter.set_table_properties({"delta.custom": "1"}, raise_if_not_exists=False)
     table.alter.set_table_properties({"delta.enablechangedatafeed": "true", "owner": "me", "comment": "hi"})

@@ -2,9 +2,8 @@
 
 Each new file gets ``baseRowId`` after the table's high water mark (the ``delta.rowTracking``
 domain) and the commit's version as ``defaultRowCommitVersion``; a commit that loses a race numbers
-its files after the winner's; files re-added with a deletion vector keep theirs. With
-``delta.enableRowTracking`` the operations that would have to keep the ids of rows they copy or
-update are refused, and nothing is committed.
+its files after the winner's; files re-added with a deletion vector keep theirs. Rows keep their
+ids through rewrites: ``test_row_tracking_rewrites``.
 """
 
 from __future__ import annotations
@@ -15,13 +14,11 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from replay import DeltaLog, DeltaTable, write_table
 from replay.protocol.actions import AddFile, DomainMetadata
-from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.txn.row_tracking import ROW_TRACKING_DOMAIN, assign_row_ids, high_water_mark
 from replay.txn.transaction import Transaction
 from tests.dml_cases import our_rows, rust_rows
@@ -74,35 +71,15 @@ def test_a_commit_that_lost_a_race_numbers_its_files_after_the_winner(tmp_path: 
     assert high_water_mark(log.update().domain_metadata) == 14
 
 
-def test_what_would_lose_row_ids_is_refused(tmp_path: Path) -> None:
+def test_an_insert_only_merge_numbers_its_rows_after_the_mark(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     write_table(uri, pa.table({"id": [1, 2, 3]}), configuration=SETTINGS)
     write_table(uri, pa.table({"id": [4]}), mode="append")
-    version = DeltaTable(uri).version()
     source = pa.table({"id": [3, 9]})
-    attempts = [
-        lambda: DeltaTable(uri).update({"id": "id + 10"}, predicate="id = 1"),
-        lambda: (
-            DeltaTable(uri)
-            .merge(source, "t.id = s.id", source_alias="s", target_alias="t")
-            .when_matched_update_all()
-            .execute()
-        ),
-        DeltaTable(uri).optimize.compact,
-    ]
-    for attempt in attempts:
-        with pytest.raises(UnsupportedTableFeatureError, match="row tracking enabled") as caught:
-            attempt()
-        assert caught.value.features == ["rowTracking"]
-    assert DeltaTable(uri).version() == version
     merged = DeltaTable(uri).merge(source, "t.id = s.id", source_alias="s", target_alias="t")
     merged.when_not_matched_insert_all().execute()  # new rows only: fresh ids
     assert sorted(r["id"] for r in our_rows(uri)) == [1, 2, 3, 4, 9]
-    assert disjoint(ranges(uri))
-    with pytest.raises(UnsupportedTableFeatureError, match="rowTracking"):
-        plain = str(tmp_path / "plain")  # turning it on would need ids for the files there already
-        write_table(plain, pa.table({"id": [1]}))
-        DeltaTable(plain).alter.set_table_properties({"delta.enableRowTracking": "true"})
+    assert disjoint(ranges(uri)) and ranges(uri)[-1] == (4, 5, 2)
 
 
 def test_a_delta_table_with_row_tracking_and_clustering_takes_appends_and_deletes(tmp_path: Path) -> None:

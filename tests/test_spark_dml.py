@@ -45,6 +45,7 @@ from tests.dml_cases import (
     our_changes,
     our_rows,
     python_merge,
+    row_lineage,
     rust_changes,
     rust_rows,
     spark_merge,
@@ -264,6 +265,30 @@ def test_generated_columns_evolution_and_default_aliases_are_the_python_dmls(
             theirs["operationParameters"].pop("predicate")
         assert ours == theirs
     assert DeltaLog.for_table(on_spark).update().schema == DeltaLog.for_table(python).update().schema
+
+
+def test_rows_keep_their_row_ids_as_in_the_python_dml(spark: Any, tmp_path: Path) -> None:
+    """Row tracking enabled, copy-on-write: the executors keep the ids of the rows they copy,
+    update and compact, and number inserted rows after the mark, exactly as the Python DML does."""
+    python, on_spark = str(tmp_path / "python"), str(tmp_path / "spark")
+    rows = pa.table({"id": pa.array(range(8), pa.int64()), "v": pa.array(range(8), pa.int64())})
+    write_table(python, rows, configuration={"delta.enableRowTracking": "true"})
+    shutil.copytree(python, on_spark)
+    source = pa.table({"id": pa.array([2, 9], pa.int64()), "v": pa.array([20, 90], pa.int64())})
+    DeltaTable(python).update({"v": "v + 1"}, predicate="id = 1")
+    SparkTable.forPath(spark, on_spark).update("id = 1", {"v": "v + 1"})
+    python_merge(DeltaTable(python).merge(source, "target.id = source.id"), MERGE_CASES["upsert"]).execute()
+    merged = SparkTable.forPath(spark, on_spark).merge(spark.createDataFrame(source), "target.id = source.id")
+    spark_merge(merged, MERGE_CASES["upsert"]).execute()
+    DeltaTable(python).delete("id = 5")
+    SparkTable.forPath(spark, on_spark).delete("id = 5")
+    expected = row_lineage(python)
+    assert expected[1] == (1, 1) and expected[2] == (2, 2) and expected[3] == (3, 0)
+    assert row_lineage(on_spark) == expected
+    SparkTable.forPath(spark, on_spark).optimize().executeCompaction()  # and so do OPTIMIZE's tasks
+    assert len(DeltaTable(on_spark).snapshot.files()) == 1
+    assert row_lineage(on_spark) == expected
+    assert our_rows(on_spark) == our_rows(python) == rust_rows(on_spark)
 
 
 # -- errors and failures ------------------------------------------------------------------------------

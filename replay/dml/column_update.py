@@ -62,7 +62,9 @@ def plan_column_update(table: DmlTable, assignments: Mapping[str, Assignment]) -
     rules = spec.constraints
     if table.deletion_vectors or table.change_spec is not None or spec.replace_where is not None:
         return None
-    if spec.file_schema is not None:  # column mapping: the spliced chunks would need physical names
+    if (
+        spec.renames_columns
+    ):  # column mapping, row ids to keep: the chunks would need other names, more columns
         return None
     if rules.checks or rules.invariants or rules.generated:
         return None

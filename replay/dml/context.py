@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -26,7 +26,6 @@ from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_properties import ENABLE_DELETION_VECTORS
 from replay.state.pruning import prune
 from replay.state.snapshot import Snapshot
-from replay.txn.row_tracking import check_rows_kept
 from replay.txn.write_plan import file_write_spec
 from replay.txn.write_spec import FileWriteSpec
 
@@ -99,8 +98,6 @@ def dml_table(
     removes_rows: bool,
     after: TableConfiguration | None = None,
     change_data: bool = True,
-    rewrites_rows: bool = True,
-    operation: str = "change",
 ) -> DmlTable:
     """The :class:`DmlTable` of an operation on ``snapshot``.
 
@@ -108,18 +105,17 @@ def dml_table(
     the snapshot's. Raises before anything is written: :class:`UnsupportedTableFeatureError` for
     tables this library cannot change, :class:`AppendOnlyTableError` when ``removes_rows`` on a
     ``delta.appendOnly`` table (Delta's ``DELTA_CANNOT_MODIFY_APPEND_ONLY``). ``change_data=False``
-    leaves out the change data files even where the change data feed is on. ``rewrites_rows``
-    (it copies or updates rows) is refused on a table with row tracking enabled
-    (:func:`~replay.txn.row_tracking.check_rows_kept`, naming ``operation``).
+    leaves out the change data files even where the change data feed is on. On a table with row
+    tracking enabled the files written keep the row ids of the rows they copy or update
+    (:mod:`replay.data.row_lineage`).
     """
     config = snapshot.config
     config.check_writable()
-    check_rows_kept(config, operation, rewrites_rows=rewrites_rows)
     target = after if after is not None else config
     target.check_commit(removes_data=removes_rows, previous=config)
     io = snapshot.io
     reader = TableReader.for_metadata(io.table_path, snapshot.metadata, snapshot.protocol, io.conf)
-    spec = file_write_spec(io, target)
+    spec = replace(file_write_spec(io, target), row_tracking=target.materialized_row_tracking_columns)
     change_spec = None
     if change_data and target.change_data_feed_enabled:
         change_spec = spec.with_column(CHANGE_TYPE_FIELD)

@@ -79,9 +79,7 @@ def plan_delete(
     position) and check the table can be changed; returns the plan and its pruning predicate.
     With ``alias`` the predicate may also qualify the table's columns with it (``t.id``)."""
     dv = deletion_vectors_enabled(snapshot.config)
-    table = dml_table(
-        snapshot, removes_rows=True, change_data=not dv, rewrites_rows=not dv, operation="DELETE"
-    )
+    table = dml_table(snapshot, removes_rows=True, change_data=not dv)
     condition = SqlText(predicate, {alias or "": table.read_schema}, kind="predicate")
     return DeletePlan(table, condition), condition.bound.to_predicate()
 
@@ -92,7 +90,7 @@ def delete_rows(snapshot: Snapshot, predicate: str | None = None) -> DmlResult:
     txn = snapshot_transaction(snapshot, OPERATION)
     parameters = delete_parameters(predicate)
     if predicate is None:
-        dml_table(snapshot, removes_rows=True, rewrites_rows=False, operation="DELETE")
+        dml_table(snapshot, removes_rows=True)
         files = snapshot.files_table()
         return remove_whole_files(txn, files, None, parameters, started)
     plan, pruning = plan_delete(snapshot, predicate)

@@ -344,9 +344,7 @@ def bind_merge(
     )
     metadata_actions, after = _evolution(snapshot, final_schema)
     removes_rows = any(spec.kind != NOT_MATCHED for spec in specs)
-    table = dml_table(
-        snapshot, removes_rows=removes_rows, after=after, rewrites_rows=removes_rows, operation="MERGE"
-    )
+    table = dml_table(snapshot, removes_rows=removes_rows, after=after)
     condition = SqlText(
         predicate,
         {target_alias: table.read_schema, source_alias: source.schema},

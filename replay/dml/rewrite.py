@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from replay.cdc.change_actions import (
     CDC_TYPE_DELETE,
@@ -33,6 +34,7 @@ from replay.cdc.change_actions import (
 )
 from replay.data.deletion_vector_writer import DeletionVectorUpdate
 from replay.data.dictionaries import decode_dictionaries, is_dictionary_of
+from replay.data.row_lineage import derived, stored_fields, updated_lineage, with_lineage
 from replay.dml.context import CHANGE_TYPE_FIELD, DmlTable
 from replay.dml.outputs import Sinks
 from replay.dml.target_rows import TargetRows, rows_with_columns
@@ -158,6 +160,7 @@ class FileRewriter:
         self._loaded_positions: np.ndarray | None = EMPTY
         self._loaded: pa.Table | None = None
         self._taken: tuple[np.ndarray, pa.Table] | None = None
+        self._lineage: tuple[pa.Array, pa.Array] | None = None
 
     @property
     def copy_on_write(self) -> bool:
@@ -243,7 +246,11 @@ class FileRewriter:
                 current_rows=self.target.deleted,
             )
             if new_rows is not None and new_rows.num_rows:
-                self.sinks.new_rows.write(align(new_rows, schema))
+                written = align(new_rows, schema)
+                lineage = self.lineage()
+                if lineage is not None:  # the updated rows keep their ids (row tracking)
+                    written = with_lineage(written, *updated_lineage(lineage[0].take(pa.array(updated))))
+                self.sinks.new_rows.write(written)
         result.write_ns = time.perf_counter_ns() - finishing
         return result
 
@@ -284,7 +291,37 @@ class FileRewriter:
             merged = pa.chunked_array(column.chunks + replacement.chunks, type=column.type)
             columns[index] = merged.take(order)
         del column
-        return pa.Table.from_arrays(columns, schema=copied_schema)
+        copied = pa.Table.from_arrays(columns, schema=copied_schema)
+        lineage = self.lineage()
+        if lineage is None:
+            return copied
+        ids, versions = lineage  # rows keep their ids, and updated rows get the new commit version
+        if updated.size:
+            fresh = np.zeros(count, dtype=bool)
+            fresh[updated] = True
+            versions = pc.if_else(pa.array(fresh), pa.scalar(None, pa.int64()), versions)
+        if kept is not None:
+            ids, versions = ids.filter(kept), versions.filter(kept)
+        return with_lineage(copied, ids, versions)
+
+    def lineage(self) -> tuple[pa.Array, pa.Array] | None:
+        """The row ids and row commit versions of the target file's live rows (in the order of
+        ``target.rows``) where the table keeps them (row tracking enabled), else ``None``; read
+        from the file's materialized columns once (:mod:`replay.data.row_lineage`)."""
+        names = self.table.spec.row_tracking
+        if names is None:
+            return None
+        if self._lineage is None:
+            target = self.target
+            stored = self.table.reader.read_file(
+                target.file, [], row_filter=False, extra_columns=stored_fields(names), data=target.data
+            )
+            ids, versions = derived(target.file, stored, target.num_records)
+            if target.row_index is not None:
+                live = pa.array(target.row_index, pa.int64())
+                ids, versions = ids.take(live), versions.take(live)
+            self._lineage = (ids, versions)
+        return self._lineage
 
 
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}

@@ -165,7 +165,7 @@ def plan_update(
     """Bind the assignments and ``predicate`` and check the table can be changed; returns the
     plan and its pruning predicate (``None``: every file). With ``alias`` the expressions may
     also qualify the table's columns with it (``t.id``)."""
-    table = dml_table(snapshot, removes_rows=True, operation="UPDATE")
+    table = dml_table(snapshot, removes_rows=True)
     assignments = _assignments(table, updates, new_values, alias or "")
     condition = None
     pruning = None

@@ -3,10 +3,9 @@
 An ALTER is a metadata-only commit (plus a protocol upgrade when the new metadata needs one, see
 :func:`replay.protocol.table_features.protocol_for_metadata`). Features this library cannot
 write for a table that uses them are refused before anything is committed: a metadata change
-that would start using generated or identity columns, column invariants or row tracking (its
-existing files would need row ids)
-(writers would have to maintain them); features it does not know at all are refused by the
-commit's own protocol check.
+that would start using generated or identity columns or column invariants (writers would have to
+maintain them); features it does not know at all are refused by the commit's own protocol check.
+Row tracking is turned on after its backfill (:mod:`replay.maintenance.row_tracking_backfill`).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from replay.protocol.table_features import (
 from replay.state.snapshot import Snapshot
 from replay.txn.transaction import Transaction
 
-UNWRITABLE_METADATA_FEATURES = frozenset({"generatedColumns", "identityColumns", "invariants", "rowTracking"})
+UNWRITABLE_METADATA_FEATURES = frozenset({"generatedColumns", "identityColumns", "invariants"})
 """Features a metadata change may not start using: this library's writers cannot maintain them."""
 
 

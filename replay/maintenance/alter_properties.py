@@ -24,7 +24,8 @@ import orjson
 
 from replay.log.table_io import TableIO
 from replay.maintenance.alter_commit import commit_alter
-from replay.protocol.actions import Protocol
+from replay.maintenance.row_tracking_backfill import backfill_row_ids, protocol_parameters
+from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.column_mapping import is_mapped
 from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.protocol.table_features import (
@@ -36,16 +37,17 @@ from replay.protocol.table_features import (
     protocol_with,
     protocol_with_versions,
     table_feature,
-    uses_table_features,
 )
 from replay.protocol.table_properties import (
     ALLOW_ARBITRARY_PROPERTIES_KEY,
     COLUMN_MAPPING_MODE,
+    ENABLE_ROW_TRACKING,
     InvalidTablePropertyError,
     canonical_property_key,
     check_property_keys,
     check_table_properties,
     parse_bool,
+    with_row_tracking_columns,
 )
 from replay.state.snapshot import Snapshot
 from replay.txn.transaction import Transaction
@@ -83,6 +85,15 @@ def set_table_properties(
     """
     given = {str(key): str(value) for key, value in properties.items()}
     checked = check_property_keys(given, allow_arbitrary=not raise_if_not_exists or _arbitrary_allowed(io))
+    metadata, protocol = _altered(io, snapshot, checked)  # every check, before anything is committed
+    if _starts_row_tracking(snapshot.metadata.configuration or {}, metadata.configuration or {}):
+        snapshot = backfill_row_ids(io, snapshot)  # every file gets row ids first (commits)
+        metadata, protocol = _altered(io, snapshot, checked)
+    return commit_alter(io, snapshot, "SET TBLPROPERTIES", {"properties": given}, metadata, protocol=protocol)
+
+
+def _altered(io: TableIO, snapshot: Snapshot, checked: Mapping[str, str]) -> tuple[Metadata, Protocol]:
+    """The metadata and protocol ``snapshot``'s table has with the properties ``checked`` set."""
     metadata = snapshot.metadata
     configuration = dict(metadata.configuration or {})
     description = metadata.description
@@ -108,6 +119,7 @@ def set_table_properties(
             configuration[key] = value
     check_table_properties(configuration)
     _check_column_mapping_change(metadata.configuration or {}, configuration, io.shown_path)
+    configuration = with_row_tracking_columns(configuration)
     protocol = protocol_with_versions(snapshot.protocol, reader, writer)
     if features:
         protocol = protocol_with(protocol, features, table_features=True)
@@ -120,7 +132,11 @@ def set_table_properties(
         )
     else:
         changed = dataclasses.replace(metadata, configuration=configuration, description=description)
-    return commit_alter(io, snapshot, "SET TBLPROPERTIES", {"properties": given}, changed, protocol=protocol)
+    return changed, protocol
+
+
+def _starts_row_tracking(before: Mapping[str, str], after: Mapping[str, str]) -> bool:
+    return ENABLE_ROW_TRACKING.value_in(after) and not ENABLE_ROW_TRACKING.value_in(before)
 
 
 def _check_column_mapping_change(before: Mapping[str, str], after: Mapping[str, str], table: str) -> None:
@@ -220,17 +236,8 @@ def upgrade_protocol(io: TableIO, snapshot: Snapshot, reader_version: int, write
     txn = Transaction(io, snapshot, operation="UPGRADE PROTOCOL")
     if protocol != snapshot.protocol:
         txn.add_actions([protocol])
-    txn.operation_parameters = {"newProtocol": orjson.dumps(_protocol_parameters(protocol)).decode()}
+    txn.operation_parameters = {"newProtocol": orjson.dumps(protocol_parameters(protocol)).decode()}
     return txn.commit()
-
-
-def _protocol_parameters(protocol: Protocol) -> dict[str, object]:
-    return {
-        "minReaderVersion": protocol.min_reader_version,
-        "minWriterVersion": protocol.min_writer_version,
-        "readerFeatures": protocol.reader_features if protocol.min_reader_version >= 3 else None,
-        "writerFeatures": protocol.writer_features if uses_table_features(protocol) else None,
-    }
 
 
 def set_table_name(io: TableIO, snapshot: Snapshot, name: str) -> int:

@@ -68,7 +68,6 @@ from replay.protocol.table_config import CLUSTERING
 from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
-from replay.txn.row_tracking import check_rows_kept
 from replay.txn.transaction import CommitOutcome, Transaction
 from replay.txn.write_commit import partitions_matching
 
@@ -173,7 +172,6 @@ def plan_optimize(
     :class:`InvalidOptimizeSettingError` for bad sizes.
     """
     check_rewritable(snapshot)
-    check_rows_kept(snapshot.config, "OPTIMIZE", rewrites_rows=True)
     if mode is not OptimizeMode.PURGE and snapshot.protocol.has_writer_feature(CLUSTERING):
         raise UnsupportedTableFeatureError(
             f"Cannot OPTIMIZE table {snapshot.io.shown_path}: it is a clustered table (CLUSTER BY), whose "

@@ -29,6 +29,7 @@ from logstores import open_filesystem
 from replay.data.columns import arrow_field
 from replay.data.partition_values import partition_value_array
 from replay.data.reader import TableReader
+from replay.data.row_lineage import ROW_COMMIT_VERSION, ROW_ID, read_with_lineage, with_lineage
 from replay.log.concurrency import Work, executor, prefetch
 from replay.log.table_io import TableIO
 from replay.maintenance.optimize_plan import Bin, describe_partition
@@ -75,10 +76,12 @@ def check_rewritable(snapshot: Snapshot) -> None:
 
 
 def write_spec(snapshot: Snapshot, conf: dict[str, str] | None = None) -> FileWriteSpec:
-    """The spec of files rewritten in ``snapshot``'s table: its schema, partitioning, statistics."""
-    return FileWriteSpec.of_table(
+    """The spec of files rewritten in ``snapshot``'s table: its schema, partitioning, statistics,
+    and the columns that keep rows' row ids where the table has row tracking enabled."""
+    spec = FileWriteSpec.of_table(
         snapshot.table_path, snapshot.config, snapshot.io.conf if conf is None else conf
     )
+    return replace(spec, row_tracking=snapshot.config.materialized_row_tracking_columns)
 
 
 def table_reader(snapshot: Snapshot) -> TableReader:
@@ -96,11 +99,16 @@ class _FileReads:
     it is small, :data:`WHOLE_READ_BYTES`) and its columns taken as they are. Every other file,
     and any file that fails to read this way, goes through :meth:`TableReader.read_file`
     (deletion vectors, column mapping, missing columns, type changes, Delta's errors naming the
-    file). Partition columns are left to the caller.
+    file). Partition columns are left to the caller. With ``lineage`` (the names a table with row
+    tracking stores row ids under) each file's rows come with their row ids and row commit
+    versions (:func:`~replay.data.row_lineage.read_with_lineage`).
     """
 
-    def __init__(self, reader: TableReader, columns: Sequence[str] | None) -> None:
+    def __init__(
+        self, reader: TableReader, columns: Sequence[str] | None, lineage: tuple[str, str] | None = None
+    ) -> None:
         self.reader = reader
+        self.lineage = lineage
         fields = reader.read_fields(columns)
         self.schema = pa.schema([arrow_field(f).with_nullable(True) for f in fields])
         self.partition_fields = [f for f in fields if f.name in reader.partition_columns]
@@ -113,6 +121,8 @@ class _FileReads:
         self.local_root: str | None = str(root).rstrip("/") if plain else None
 
     def read(self, file: AddFile) -> pa.Table:
+        if self.lineage is not None:
+            return read_with_lineage(self.reader, file, self.data_names, self.lineage)
         path = self._local_path(file)
         if path is not None:
             try:
@@ -150,7 +160,10 @@ class _FileReads:
         for partition in self.partition_fields:
             value = partition_value(values, partition, mapped)
             columns[partition.name] = partition_value_array(value, partition.type, data.num_rows)
-        return pa.Table.from_arrays([columns[f.name] for f in self.schema], schema=self.schema)
+        rows = pa.Table.from_arrays([columns[f.name] for f in self.schema], schema=self.schema)
+        if self.lineage is None:
+            return rows
+        return with_lineage(rows, data.column(ROW_ID), data.column(ROW_COMMIT_VERSION))
 
 
 def read_in_order(
@@ -160,11 +173,13 @@ def read_in_order(
     *,
     read_ahead: int = READ_AHEAD,
     batch_rows: int = BATCH_ROWS,
+    lineage: tuple[str, str] | None = None,
 ) -> Iterator[pa.Table]:
     """The rows of ``files`` (deletion vectors applied; ``columns`` or all), in order, as tables of
     about ``batch_rows`` rows (consecutive files of one partition together), with at most
-    ``read_ahead`` files read ahead on the data pool (none: read here, one after the other)."""
-    reads = _FileReads(reader, columns)
+    ``read_ahead`` files read ahead on the data pool (none: read here, one after the other).
+    ``lineage``: the rows carry their row ids too (:class:`_FileReads`)."""
+    reads = _FileReads(reader, columns, lineage)
     pool = executor(Work.DATA, reader.concurrency) if read_ahead > 0 else None
     pending: list[pa.Table] = []
     values: Mapping[str, str | None] = {}
@@ -217,7 +232,10 @@ class BinRewriter:
         writer: DataFileWriter | None = None
         rows = 0
         try:
-            for table in read_in_order(self.reader, work.files, read_ahead=self.read_ahead):
+            reads = read_in_order(
+                self.reader, work.files, read_ahead=self.read_ahead, lineage=self.spec.row_tracking
+            )
+            for table in reads:
                 if writer is None:
                     writer = DataFileWriter(self.spec)
                 rows += table.num_rows

@@ -341,7 +341,10 @@ class ZOrderRewriter:
         writers: dict[int, DataFileWriter] = {}
         rows = 0
         try:
-            for table in read_in_order(self.reader, work.files, read_ahead=self.read_ahead):
+            reads = read_in_order(
+                self.reader, work.files, read_ahead=self.read_ahead, lineage=self.spec.row_tracking
+            )
+            for table in reads:
                 rows += table.num_rows
                 self._route(table, curve, boundaries, noise, writers)
             written: list[WrittenFile] = []

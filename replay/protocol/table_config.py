@@ -34,6 +34,8 @@ from replay.protocol.table_properties import (
     IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
     ISOLATION_LEVEL,
     LOG_RETENTION,
+    MATERIALIZED_ROW_COMMIT_VERSION_KEY,
+    MATERIALIZED_ROW_ID_KEY,
     SET_TRANSACTION_RETENTION,
     TARGET_FILE_SIZE,
 )
@@ -254,6 +256,28 @@ class TableConfiguration:
         return self.protocol.has_writer_feature("rowTracking") and ENABLE_ROW_TRACKING.value_in(
             self.configuration
         )
+
+    @cached_property
+    def materialized_row_tracking_columns(self) -> tuple[str, str] | None:
+        """The names of the hidden columns that keep rows' row ids and row commit versions when
+        their files are rewritten (``delta.rowTracking.materializedRowIdColumnName`` and
+        ``...RowCommitVersionColumnName``) when :attr:`row_tracking_enabled`, else ``None``.
+        Raises :class:`UnsupportedTableFeatureError` naming the property a table with row
+        tracking enabled lacks."""
+        if not self.row_tracking_enabled:
+            return None
+        names = []
+        for key in (MATERIALIZED_ROW_ID_KEY, MATERIALIZED_ROW_COMMIT_VERSION_KEY):
+            name = self.configuration.get(key)
+            if not name:
+                raise UnsupportedTableFeatureError(
+                    f"Cannot keep the row ids of table {self.table}: it has row tracking enabled but "
+                    f"no {key} property naming the column that keeps them",
+                    table=self.table,
+                    features=["rowTracking"],
+                )
+            names.append(name)
+        return names[0], names[1]
 
     @cached_property
     def isolation_level(self) -> IsolationLevel:

@@ -10,6 +10,7 @@ naming the key and the value, when the property is read.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -248,6 +249,18 @@ def parse_checkpoint_policy(text: str) -> str:
 ENABLE_ROW_TRACKING = TableProperty("delta.enableRowTracking", False, parse_bool)
 MATERIALIZED_ROW_ID_KEY = "delta.rowTracking.materializedRowIdColumnName"
 MATERIALIZED_ROW_COMMIT_VERSION_KEY = "delta.rowTracking.materializedRowCommitVersionColumnName"
+
+
+def with_row_tracking_columns(configuration: Mapping[str, str]) -> dict[str, str]:
+    """``configuration`` with the names of the hidden columns Delta keeps row ids and row commit
+    versions in (fresh ones, unless given) when it enables row tracking; as it is otherwise."""
+    named = dict(configuration)
+    if ENABLE_ROW_TRACKING.value_in(named):
+        named.setdefault(MATERIALIZED_ROW_ID_KEY, f"_row-id-col-{uuid.uuid4()}")
+        named.setdefault(MATERIALIZED_ROW_COMMIT_VERSION_KEY, f"_row-commit-version-col-{uuid.uuid4()}")
+    return named
+
+
 ENABLE_TYPE_WIDENING = TableProperty("delta.enableTypeWidening", False, parse_bool)
 ENABLE_ICEBERG_COMPAT_V1 = TableProperty("delta.enableIcebergCompatV1", False, parse_bool)
 ENABLE_ICEBERG_COMPAT_V2 = TableProperty("delta.enableIcebergCompatV2", False, parse_bool)

@@ -123,9 +123,9 @@ class _OpenFile:
         self.target = f"{root}/{relative}"
         self._fs = fs
         self._schema = spec.stored_schema
-        self._renamed = spec.file_schema is not None
+        self._renamed = spec.renames_columns
         self._stats = StatisticsCollector(
-            self._schema,
+            spec.stats_schema,
             spec.num_indexed_cols,
             spec.string_prefix_length,
             from_footer=True,

@@ -9,10 +9,8 @@ re-added with a deletion vector, a restored file) keep them. Ids are assigned fo
 a version: a commit that lost a race assigns after the winners' mark, which is how Delta resolves
 concurrent assignments (they are no conflict). Pure: no I/O.
 
-With ``delta.enableRowTracking`` a row's id must also survive a rewrite (Delta materializes it
-in a hidden column); this library does not do that, so the operations that copy or update rows
-are refused on such tables (:func:`check_rows_kept`), while appends, overwrites and DELETE with
-deletion vectors (which copy nothing) work.
+With ``delta.enableRowTracking`` a row's id must also survive a rewrite: the operations that copy or
+update rows store the ids in the table's hidden columns (:mod:`replay.data.row_lineage`).
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import orjson
 
 from replay.protocol.actions import Action, AddFile, DomainMetadata
-from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
-from replay.protocol.table_config import TableConfiguration
+from replay.protocol.errors import DeltaError
 
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
 HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
@@ -81,18 +78,3 @@ def assign_row_ids(actions: Sequence[Action], version: int, mark: int) -> tuple[
     elif given is not None:
         assigned.append(given)
     return assigned, mark
-
-
-def check_rows_kept(config: TableConfiguration, operation: str, *, rewrites_rows: bool) -> None:
-    """Raise :class:`UnsupportedTableFeatureError` when an operation that copies or updates rows
-    (``rewrites_rows``) runs on a table with ``delta.enableRowTracking``: their row ids would have
-    to be kept (see the module docstring)."""
-    if rewrites_rows and config.row_tracking_enabled:
-        raise UnsupportedTableFeatureError(
-            f"Cannot {operation} table {config.table}: it has row tracking enabled "
-            "(delta.enableRowTracking), and rows this operation copies or updates must keep their "
-            "row ids, which this library does not materialize; appends, overwrites and DELETE with "
-            "deletion vectors work (run this one with Delta Lake on Spark)",
-            table=config.table,
-            features=[FEATURE],
-        )

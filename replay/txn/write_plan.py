@@ -41,12 +41,10 @@ from replay.protocol.sql_predicate import SqlPredicate, parse_predicate
 from replay.protocol.table_config import TableConfiguration
 from replay.protocol.table_features import metadata_features, protocol_with
 from replay.protocol.table_properties import (
-    ENABLE_ROW_TRACKING,
-    MATERIALIZED_ROW_COMMIT_VERSION_KEY,
-    MATERIALIZED_ROW_ID_KEY,
     canonical_property_key,
     changed_properties,
     check_table_properties,
+    with_row_tracking_columns,
 )
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
@@ -344,11 +342,7 @@ def _new_table(data_schema: StructType, options: WriteOptions, table: str) -> tu
     _check_partitioning(partition_columns, schema, table)
     configuration = {canonical_property_key(str(k)): str(v) for k, v in options.configuration.items()}
     check_table_properties(configuration)
-    if ENABLE_ROW_TRACKING.value_in(configuration):  # the columns Delta would materialize row ids in
-        configuration.setdefault(MATERIALIZED_ROW_ID_KEY, f"_row-id-col-{uuid.uuid4()}")
-        configuration.setdefault(
-            MATERIALIZED_ROW_COMMIT_VERSION_KEY, f"_row-commit-version-col-{uuid.uuid4()}"
-        )
+    configuration = with_row_tracking_columns(configuration)
     metadata = Metadata(
         id=str(uuid.uuid4()),
         partition_columns=partition_columns,

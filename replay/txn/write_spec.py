@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from logstores.redaction import redact_url
 from replay.data.dictionaries import decode_dictionaries, is_dictionary_of
+from replay.data.row_lineage import LINEAGE_COLUMNS, stored_fields
 from replay.protocol.column_mapping import data_file_prefix_length, data_file_schema
 from replay.protocol.constraints import TableConstraints
 from replay.protocol.sql_predicate import parse_predicate
@@ -59,6 +60,12 @@ class FileWriteSpec:
     stats_columns: tuple[tuple[str, ...], ...] | None = None
     """The columns statistics cover when the table names them (``delta.dataSkippingStatsColumns``,
     logical paths); ``None``: the first :attr:`num_indexed_cols` leaves."""
+    row_tracking: tuple[str, str] | None = None
+    """The names the files store rows' row ids and row commit versions under when the write keeps
+    them (a rewrite on a table with row tracking enabled,
+    :attr:`~replay.protocol.table_config.TableConfiguration.materialized_row_tracking_columns`):
+    the rows written then may carry them in the :mod:`replay.data.row_lineage` columns (nulls
+    where they do not: fresh ids). ``None``: the files have no such columns."""
 
     @classmethod
     def of_table(cls, table_path: str, config: TableConfiguration, conf: Mapping[str, str]) -> FileWriteSpec:
@@ -91,14 +98,28 @@ class FileWriteSpec:
         return pa.schema([f for f in relaxed_schema(self.schema) if f.name not in partitions])
 
     @cached_property
-    def stored_schema(self) -> pa.Schema:
+    def stats_schema(self) -> pa.Schema:
         """:attr:`data_schema` as data files store it: under column mapping, with the files'
-        names and field ids (:func:`to_stored_columns` renames rows to it)."""
+        names and field ids. The columns statistics are taken of."""
         if self.file_schema is None:
             return self.data_schema
         partitions = set(self.partition_columns)
         pairs = zip(self.schema, self.file_schema, strict=True)
         return relaxed_schema(pa.schema([stored for f, stored in pairs if f.name not in partitions]))
+
+    @cached_property
+    def stored_schema(self) -> pa.Schema:
+        """The columns of the data files: :attr:`stats_schema`, then the materialized row
+        tracking columns when the write keeps them (:attr:`row_tracking`);
+        :func:`to_stored_columns` renames rows to it."""
+        if self.row_tracking is None:
+            return self.stats_schema
+        return pa.schema([*self.stats_schema, *stored_fields(self.row_tracking)])
+
+    @property
+    def renames_columns(self) -> bool:
+        """Whether rows are stored under other names than theirs (:func:`to_stored_columns`)."""
+        return self.file_schema is not None or self.row_tracking is not None
 
     @cached_property
     def partition_keys(self) -> tuple[str, ...]:
@@ -128,7 +149,13 @@ class FileWriteSpec:
     def with_column(self, column: pa.Field) -> FileWriteSpec:
         """This spec with one more column, stored under its own name (``_change_type``)."""
         stored = self.file_schema.append(column) if self.file_schema is not None else None
-        return replace(self, schema=self.schema.append(column), file_schema=stored, max_records_per_file=None)
+        return replace(
+            self,
+            schema=self.schema.append(column),
+            file_schema=stored,
+            max_records_per_file=None,
+            row_tracking=None,
+        )
 
 
 def _stored_path(logical: pa.Schema, stored: pa.Schema, path: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -180,6 +207,14 @@ def conform(
     does not cast.
     """
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    lineage: list[pa.ChunkedArray | pa.Array] = []
+    if spec.row_tracking is not None:  # carried as they are, after the table's columns
+        names = table.column_names
+        lineage = [
+            table.column(name) if name in names else pa.nulls(table.num_rows, pa.int64())
+            for name in LINEAGE_COLUMNS
+        ]
+        table = table.drop_columns([name for name in LINEAGE_COLUMNS if name in names])
     if keep_dictionaries and constraints is not None:  # constraints read plain columns
         table = decode_dictionaries(table)
     by_lower = {name.lower(): index for index, name in enumerate(table.column_names)}
@@ -222,7 +257,11 @@ def conform(
                 ) from None
         columns.append(column)
     conformed = pa.Table.from_arrays(columns, schema=schema)
-    return conformed if constraints is None else constraints.enforce(conformed, missing)
+    if constraints is not None:
+        conformed = constraints.enforce(conformed, missing)
+    for name, column in zip(LINEAGE_COLUMNS, lineage, strict=False):
+        conformed = conformed.append_column(pa.field(name, pa.int64()), column.cast(pa.int64()))
+    return conformed
 
 
 @functools.lru_cache(maxsize=64)
