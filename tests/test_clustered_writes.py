@@ -2,8 +2,8 @@
 
 Appends and DELETE/UPDATE/MERGE (copy-on-write and with deletion vectors) work and keep the
 ``delta.clustering`` domain through commits and checkpoints; delta-rs reads the result.
-OPTIMIZE, which Delta runs as liquid clustering on such a table, is refused before anything is
-written (REORG ... APPLY (PURGE) is not), and auto compaction leaves the table alone.
+REORG ... APPLY (PURGE) rewrites its files, and auto compaction leaves the table alone (OPTIMIZE
+clusters it: ``test_liquid_clustering``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from replay import DeltaLog, DeltaTable, write_table
+from replay.maintenance.clustering import ClusteringError
 from replay.protocol.actions import DomainMetadata, Protocol
-from replay.protocol.errors import UnsupportedTableFeatureError
 from tests.dml_cases import our_rows, rust_rows
 
 CLUSTERING = DomainMetadata("delta.clustering", '{"clusteringColumns":[["id"]]}')
@@ -55,16 +55,13 @@ def test_row_changes_keep_the_clustering_domain(tmp_path: Path, deletion_vectors
     assert "clustering" in (fresh.protocol.writer_features or [])
 
 
-def test_optimize_is_refused_but_purge_and_auto_compaction_are_fine(
+def test_purge_works_and_auto_compaction_leaves_the_table_to_optimize(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     uri = clustered(tmp_path, **{"delta.enableDeletionVectors": "true"})
     version = DeltaTable(uri).version()
-    optimize = DeltaTable(uri).optimize
-    for attempt in (optimize.compact, lambda: optimize.z_order(["v"])):
-        with pytest.raises(UnsupportedTableFeatureError, match="clustered table") as caught:
-            attempt()
-        assert caught.value.features == ["clustering"]
+    with pytest.raises(ClusteringError, match="DELTA_CLUSTERING_WITH_ZORDER_BY"):
+        DeltaTable(uri).optimize.z_order(["v"])
     assert DeltaTable(uri).version() == version
     DeltaTable(uri).delete("id = 0")  # a deletion vector to purge
     DeltaTable(uri).optimize.purge_deletion_vectors()

@@ -56,6 +56,8 @@ def test_statements_parse_to_their_parts() -> None:
     assert vacuum == ast.Vacuum(vacuum.table, 0.0, True) and vacuum.table.path == "s3a://b/t"
     optimize = parse_statement("OPTIMIZE '/t' WHERE p = 'a' ZORDER BY (x, y)")
     assert isinstance(optimize, ast.Optimize) and (optimize.where, optimize.zorder) == ("p = 'a'", ("x", "y"))
+    full = parse_statement("OPTIMIZE delta.`/t` FULL WHERE p = 'a'")
+    assert isinstance(full, ast.Optimize) and (full.full, full.where) == (True, "p = 'a'")
     restore = parse_statement("RESTORE t TO TIMESTAMP AS OF '2024-01-31'")
     assert isinstance(restore, ast.Restore) and (restore.version, restore.timestamp) == (None, "2024-01-31")
     rename = parse_statement("ALTER TABLE t RENAME COLUMN s.`a b` TO `c.d`")

@@ -83,7 +83,7 @@ def cmd_optimize(args: argparse.Namespace, conf: dict[str, str]) -> int:
         elif args.purge:
             metrics = table.optimize.purge_deletion_vectors(**options)
         else:
-            metrics = table.optimize.compact(**options)
+            metrics = table.optimize.compact(**options, full=args.full)
     result = {"version": table.version() if table.version() != started else None, **metrics}
     output.emit_mapping(
         result,
@@ -124,7 +124,9 @@ def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     checkpoint.add_argument("--json", action="store_true")
 
     optimize = command(
-        "optimize", cmd_optimize, "Compact small files (or Z-order, or purge deletion vectors)."
+        "optimize",
+        cmd_optimize,
+        "Compact small files, or cluster a clustered table (or Z-order, or purge deletion vectors).",
     )
     optimize.add_argument("uri")
     optimize.add_argument(
@@ -137,6 +139,9 @@ def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     how.add_argument("--zorder-by", metavar="A,B", help="Z-order the partitions by these columns")
     how.add_argument(
         "--purge", action="store_true", help="rewrite the files with deleted rows (REORG ... PURGE)"
+    )
+    how.add_argument(
+        "--full", action="store_true", help="recluster every file of a clustered table (OPTIMIZE ... FULL)"
     )
     optimize.add_argument(
         "--max-concurrent-tasks", type=positive, metavar="N", help="files rewritten at once"

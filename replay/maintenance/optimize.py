@@ -31,12 +31,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from replay.log.concurrency import Work, default_threads, executor, gc_paused
 from replay.log.table_io import TableIO
+from replay.maintenance.clustering import (
+    ClusteringRewriter,
+    clustering_paths,
+    clustering_run,
+    partition_predicate_error,
+    zorder_error,
+)
 from replay.maintenance.optimize_metrics import OptimizeMetrics, operation_metrics, predicate_sql
 from replay.maintenance.optimize_plan import (
     Bin,
@@ -55,7 +62,7 @@ from replay.maintenance.optimize_rewrite import (
 )
 from replay.maintenance.zorder import ZOrderRewriter, resolve_zorder_columns
 from replay.protocol.arrow_actions import add_actions, map_dicts
-from replay.protocol.errors import DeltaError, UnsupportedTableFeatureError
+from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import (
     TRUE,
     Predicate,
@@ -90,7 +97,7 @@ class OptimizeJob:
     """A planned run: its bins, their rewriter, and what its commits record."""
 
     plan: OptimizePlan
-    rewriter: BinRewriter | ZOrderRewriter
+    rewriter: BinRewriter | ZOrderRewriter | ClusteringRewriter
     operation: str
     parameters: Mapping[str, object] = field(default_factory=dict)
 
@@ -162,25 +169,30 @@ def plan_optimize(
     target_size: int | None = None,
     limits: CompactionLimits | None = None,
     parameters: Mapping[str, object] | None = None,
+    full: bool = False,
 ) -> OptimizeJob:
-    """Plan a ``mode`` run over ``snapshot`` (see the module docstring).
+    """Plan a ``mode`` run over ``snapshot`` (see the module docstring). On a clustered table
+    (with clustering columns) compaction clusters, as Delta's OPTIMIZE does
+    (:mod:`replay.maintenance.clustering`; ``full``: every file, Delta's ``OPTIMIZE ... FULL``).
 
     Raises :class:`~replay.protocol.errors.UnsupportedTableFeatureError` for a table this
-    library cannot rewrite or cluster (a clustered table, but for ``PURGE``),
+    library cannot rewrite, :class:`~replay.maintenance.clustering.ClusteringError` for a
+    partition filter or Z-order columns on a clustered table,
     :class:`OptimizeArgumentError` for a filter on data columns,
     :class:`~replay.maintenance.zorder.ZOrderColumnError` for bad Z-order columns and
     :class:`InvalidOptimizeSettingError` for bad sizes.
     """
     check_rewritable(snapshot)
-    if mode is not OptimizeMode.PURGE and snapshot.protocol.has_writer_feature(CLUSTERING):
-        raise UnsupportedTableFeatureError(
-            f"Cannot OPTIMIZE table {snapshot.io.shown_path}: it is a clustered table (CLUSTER BY), whose "
-            "OPTIMIZE clusters its rows as Delta's liquid clustering does, which this library does not "
-            "do; run OPTIMIZE with Delta Lake on Spark (REORG ... APPLY (PURGE) works here)",
-            table=snapshot.table_path,
-            features=[CLUSTERING],
-        )
     io = snapshot.io
+    clustered = snapshot.protocol.has_writer_feature(CLUSTERING)
+    paths = clustering_paths(snapshot) if clustered else []
+    if paths and mode in (OptimizeMode.COMPACT, OptimizeMode.ZORDER, OptimizeMode.CLUSTER):
+        if zorder_columns:
+            raise zorder_error(zorder_columns)
+        if partition_filters is not None:
+            raise partition_predicate_error(str(partition_filters))
+        plan, clusterer, recorded = clustering_run(snapshot, paths, target_size, limits, full=full)
+        return OptimizeJob(plan, clusterer, OPTIMIZE_OPERATION, recorded)
     predicate, texts = partition_predicate(partition_filters, snapshot)
     files = selected_files(snapshot, predicate)
     limits = limits or CompactionLimits.for_run(mode, snapshot.config, io.conf, target_size)
@@ -215,7 +227,6 @@ def plan_optimize(
     return OptimizeJob(plan, rewriter, operation, recorded if parameters is None else parameters)
 
 
-# -- running --------------------------------------------------------------------------------------
 def interval_seconds(value: Interval | None) -> float | None:
     """``min_commit_interval`` in seconds (a number of seconds or a ``timedelta``, as deltalake)."""
     if value is None:
@@ -307,7 +318,7 @@ def run_job(
     if io.is_local and len(job.plan.bins) >= threads:
         # enough bins to keep every thread busy: each reads its own files, with no hand-offs
         # between threads (read-ahead pays where a read waits on a remote store, or for few bins)
-        rewriter = replace(rewriter, read_ahead=0)
+        rewriter = rewriter.with_read_ahead(0)
     metrics = OptimizeMetrics.for_plan(job.plan)
     waiting: list[RewrittenBin] = []
     last_commit = time.monotonic()
@@ -355,6 +366,7 @@ def optimize(
     target_size: int | None = None,
     max_concurrent_tasks: int | None = None,
     min_commit_interval: Interval | None = None,
+    full: bool = False,
 ) -> OptimizeResult:
     """Plan and run an OPTIMIZE of ``snapshot``'s table (see :func:`plan_optimize`, :func:`run_job`)."""
     interval_seconds(min_commit_interval)  # refused before any work
@@ -365,6 +377,7 @@ def optimize(
         partition_filters=partition_filters,
         zorder_columns=zorder_columns,
         target_size=target_size,
+        full=full,
     )
     return run_job(
         snapshot.io,
@@ -397,6 +410,7 @@ class TableOptimizer:
         min_commit_interval: Interval | None,
         *,
         zorder_columns: Sequence[str] = (),
+        full: bool = False,
     ) -> dict[str, object]:
         """Run :func:`optimize` on the loaded version, move the table to what it committed, and
         return the metrics."""
@@ -408,6 +422,7 @@ class TableOptimizer:
             target_size=target_size,
             max_concurrent_tasks=max_concurrent_tasks,
             min_commit_interval=min_commit_interval,
+            full=full,
         )
         self._moved_to(result.version)
         return result.metrics
@@ -418,10 +433,22 @@ class TableOptimizer:
         target_size: int | None = None,
         max_concurrent_tasks: int | None = None,
         min_commit_interval: Interval | None = None,
+        *,
+        full: bool = False,
     ) -> dict[str, object]:
-        """Compact small files into files of about ``target_size`` bytes (Delta's ``OPTIMIZE``)."""
+        """Compact small files into files of about ``target_size`` bytes (Delta's ``OPTIMIZE``).
+
+        On a clustered table this clusters, as Delta's OPTIMIZE does: the files not yet
+        clustered, with the small ZCubes, along the Hilbert curve of the clustering columns
+        (:mod:`replay.maintenance.clustering`); ``full=True`` reclusters every file (``OPTIMIZE
+        ... FULL``)."""
         return self._optimize(
-            OptimizeMode.COMPACT, partition_filters, target_size, max_concurrent_tasks, min_commit_interval
+            OptimizeMode.COMPACT,
+            partition_filters,
+            target_size,
+            max_concurrent_tasks,
+            min_commit_interval,
+            full=full,
         )
 
     def z_order(

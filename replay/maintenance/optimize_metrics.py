@@ -36,8 +36,10 @@ PLANNER_STRATEGIES = {
     OptimizeMode.AUTO: "preserveLocality",
     OptimizeMode.PURGE: "preserveLocality",
     OptimizeMode.ZORDER: "zOrder",
+    OptimizeMode.CLUSTER: "clustering",
 }
-"""deltalake's ``plannerStrategy`` names: bins in insertion order, or Z-order."""
+"""deltalake's ``plannerStrategy`` names: bins in insertion order, Z-order (or, a name of this
+library's, liquid clustering)."""
 
 
 @dataclass
@@ -111,9 +113,9 @@ class OptimizeMetrics:
             "numBatches": self.num_batches,
             "totalConsideredFiles": self.considered_files,
             "totalFilesSkipped": self.considered_files - self.removed.total_files,
-            "preserveInsertionOrder": self.mode is not OptimizeMode.ZORDER,
+            "preserveInsertionOrder": self.mode not in (OptimizeMode.ZORDER, OptimizeMode.CLUSTER),
             "plannerStrategy": PLANNER_STRATEGIES[self.mode],
-            "preservedStableOrder": self.mode is not OptimizeMode.ZORDER,
+            "preservedStableOrder": self.mode not in (OptimizeMode.ZORDER, OptimizeMode.CLUSTER),
             "maxBinSpanFiles": self.max_bin_files,
         }
 

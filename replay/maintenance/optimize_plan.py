@@ -16,6 +16,8 @@ to executors as they are). The rules are those of Delta's ``OptimizeExecutor``:
   as ``max(1, size // max_file_size)`` files ordered along the Z-curve;
 * **purge** (``REORG TABLE ... APPLY (PURGE)``): the files with deleted rows, packed like
   compaction, every bin rewritten (single files too);
+* **clustering** (OPTIMIZE of a clustered table): Delta's incremental liquid clustering, planned by
+  :mod:`replay.maintenance.clustering`;
 * **auto compaction**: compaction whose bins must hold at least
   :attr:`CompactionLimits.min_num_files` files (a file with a deletion vector counts twice),
   largest bins first, until :attr:`CompactionLimits.max_compact_bytes` are taken.
@@ -75,6 +77,7 @@ class OptimizeMode(enum.Enum):
     ZORDER = "zorder"
     PURGE = "purge"
     AUTO = "auto"
+    CLUSTER = "cluster"
 
 
 @dataclass(frozen=True)
@@ -99,19 +102,21 @@ class CompactionLimits:
 
         Raises :class:`InvalidOptimizeSettingError` naming a setting that does not parse.
         """
-        ratio = _setting(conf, MAX_DELETED_ROWS_RATIO_KEY, float, DEFAULT_MAX_DELETED_ROWS_RATIO)
+        ratio = session_setting(conf, MAX_DELETED_ROWS_RATIO_KEY, float, DEFAULT_MAX_DELETED_ROWS_RATIO)
         if not 0 <= ratio <= 1:
             raise InvalidOptimizeSettingError(
                 f"{MAX_DELETED_ROWS_RATIO_KEY} must be in range [0.0, 1.0], got {ratio}"
             )
         if mode is OptimizeMode.AUTO:
-            largest = _setting(conf, AUTO_MAX_FILE_SIZE_KEY, parse_byte_size, AUTO_COMPACT_MAX_FILE_SIZE)
+            largest = session_setting(
+                conf, AUTO_MAX_FILE_SIZE_KEY, parse_byte_size, AUTO_COMPACT_MAX_FILE_SIZE
+            )
             return cls(
                 max_file_size=largest,
-                min_file_size=_setting(conf, AUTO_MIN_FILE_SIZE_KEY, parse_byte_size, largest // 2),
+                min_file_size=session_setting(conf, AUTO_MIN_FILE_SIZE_KEY, parse_byte_size, largest // 2),
                 max_deleted_rows_ratio=ratio,
-                min_num_files=_setting(conf, AUTO_MIN_NUM_FILES_KEY, int, AUTO_COMPACT_MIN_NUM_FILES),
-                max_compact_bytes=_setting(
+                min_num_files=session_setting(conf, AUTO_MIN_NUM_FILES_KEY, int, AUTO_COMPACT_MIN_NUM_FILES),
+                max_compact_bytes=session_setting(
                     conf, AUTO_MAX_COMPACT_BYTES_KEY, parse_byte_size, AUTO_COMPACT_MAX_COMPACT_BYTES
                 ),
             )
@@ -123,15 +128,15 @@ class CompactionLimits:
         largest = (
             chosen
             if chosen is not None
-            else _setting(conf, MAX_FILE_SIZE_KEY, parse_byte_size, DEFAULT_MAX_FILE_SIZE)
+            else session_setting(conf, MAX_FILE_SIZE_KEY, parse_byte_size, DEFAULT_MAX_FILE_SIZE)
         )
-        smallest = _setting(conf, MIN_FILE_SIZE_KEY, parse_byte_size, largest)
+        smallest = session_setting(conf, MIN_FILE_SIZE_KEY, parse_byte_size, largest)
         if mode is OptimizeMode.PURGE:  # Delta's REORG: every file with deleted rows, whatever its size
             return cls(max_file_size=largest, min_file_size=0, max_deleted_rows_ratio=0.0)
         return cls(max_file_size=largest, min_file_size=smallest, max_deleted_rows_ratio=ratio)
 
 
-def _setting(conf: Mapping[str, str], key: str, parse: Callable[[str], N], default: N) -> N:
+def session_setting(conf: Mapping[str, str], key: str, parse: Callable[[str], N], default: N) -> N:
     """The session setting ``key`` (either spelling), parsed, or ``default`` when unset."""
     raw = get_delta_conf(conf, key)
     if raw is None:

@@ -226,6 +226,10 @@ class BinRewriter:
             int(time.time() * 1000) if deletion_timestamp is None else deletion_timestamp,
         )
 
+    def with_read_ahead(self, files: int) -> BinRewriter:
+        """This rewriter reading ``files`` files ahead (0: each file when it is needed)."""
+        return replace(self, read_ahead=files)
+
     def rewrite(self, work: Bin) -> RewrittenBin:
         """Rewrite ``work`` as one file (none if every row is deleted); on failure the files
         written so far are deleted and the error propagates."""

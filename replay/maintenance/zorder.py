@@ -25,7 +25,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from logstores.conf import get_delta_conf
 from replay.data.reader import TableReader
+from replay.maintenance.hilbert import hilbert_transposed
 from replay.maintenance.optimize_plan import Bin, InvalidOptimizeSettingError, describe_partition
 from replay.maintenance.optimize_rewrite import (
     READ_AHEAD,
@@ -221,21 +222,32 @@ def as_keys(packed: np.ndarray) -> np.ndarray:
     return packed.view(f"S{packed.shape[1]}").ravel()
 
 
+def leaf(table: pa.Table, path: Sequence[str]) -> pa.ChunkedArray:
+    """The column at ``path`` (a top-level column, then struct fields; null where a parent is)."""
+    column = table.column(path[0])
+    for name in path[1:]:
+        column = pc.struct_field(column, name)
+    return column
+
+
 @dataclass(frozen=True)
 class ZOrderCurve:
-    """The range bounds of each Z-order column and the bits their ids take."""
+    """The range bounds of each column (a path: a struct's fields too) and the bits their ids
+    take; the keys follow the Z-curve, or with ``hilbert`` the Hilbert curve
+    (:mod:`replay.maintenance.hilbert`, liquid clustering's)."""
 
-    columns: tuple[str, ...]
+    columns: tuple[tuple[str, ...], ...]
     bounds: tuple[np.ndarray, ...]
     bits: int
+    hilbert: bool = False
 
     def keys(self, table: pa.Table, noise: np.random.Generator | None) -> np.ndarray:
-        """The Z-curve key of every row of ``table`` (a random last byte when ``noise`` is given)."""
+        """The curve key of every row of ``table`` (a random last byte when ``noise`` is given)."""
         ids = []
-        for name, bounds in zip(self.columns, self.bounds, strict=True):
-            values, valid = sortable(table.column(name))
+        for path, bounds in zip(self.columns, self.bounds, strict=True):
+            values, valid = sortable(leaf(table, path))
             ids.append(range_ids(values, valid, bounds))
-        packed = interleave_bits(ids, self.bits)
+        packed = interleave_bits(hilbert_transposed(ids, self.bits) if self.hilbert else ids, self.bits)
         if noise is not None:
             tail = noise.integers(0, 256, size=(table.num_rows, 1), dtype=np.uint8)
             packed = np.concatenate([packed, tail], axis=1)
@@ -245,8 +257,9 @@ class ZOrderCurve:
 class _Sample:
     """A uniform sample of the rows seen (the ``size`` smallest random priorities)."""
 
-    def __init__(self, columns: Sequence[str], size: int, rng: np.random.Generator) -> None:
+    def __init__(self, columns: Sequence[tuple[str, ...]], size: int, rng: np.random.Generator) -> None:
         self.columns = list(columns)
+        self.read = list(dict.fromkeys(path[0] for path in self.columns))
         self.size = size
         self.rng = rng
         self.table: pa.Table | None = None
@@ -255,7 +268,7 @@ class _Sample:
     def add(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
-        part = table.select(self.columns)
+        part = table.select(self.read)
         priorities = self.rng.random(table.num_rows)
         merged = part if self.table is None else pa.concat_tables([self.table, part])
         merged_priorities = np.concatenate([self.priorities, priorities])
@@ -265,16 +278,16 @@ class _Sample:
             merged_priorities = merged_priorities[keep]
         self.table, self.priorities = merged.combine_chunks(), merged_priorities
 
-    def curve(self, ranges: int) -> ZOrderCurve:
+    def curve(self, ranges: int, *, hilbert: bool = False) -> ZOrderCurve:
         bounds = []
-        for name in self.columns:
+        for path in self.columns:
             if self.table is None:
                 bounds.append(np.empty(0))
                 continue
-            values, valid = sortable(self.table.column(name))
+            values, valid = sortable(leaf(self.table, path))
             bounds.append(range_bounds(values[valid], ranges))
         bits = max(1, max((len(b) for b in bounds), default=0).bit_length())
-        return ZOrderCurve(tuple(self.columns), tuple(bounds), bits)
+        return ZOrderCurve(tuple(self.columns), tuple(bounds), bits, hilbert)
 
 
 def file_boundaries(sample_keys: np.ndarray, files: int) -> np.ndarray:
@@ -293,11 +306,14 @@ def _seed(work: Bin, table_path: str) -> int:
 
 @dataclass(frozen=True)
 class ZOrderRewriter:
-    """Rewrites a partition's files along the Z-curve of ``columns`` (picklable; one bin per call)."""
+    """Rewrites a partition's files along the Z-curve of ``columns`` (picklable; one bin per call).
+
+    ``columns`` are paths (a top-level column, then struct fields); ``hilbert`` orders the rows
+    along the Hilbert curve instead (liquid clustering, :mod:`replay.maintenance.clustering`)."""
 
     reader: TableReader
     spec: FileWriteSpec
-    columns: tuple[str, ...]
+    columns: tuple[tuple[str, ...], ...]
     max_file_size: int
     deletion_timestamp: int
     ranges: int = DEFAULT_NUM_RANGES
@@ -305,34 +321,43 @@ class ZOrderRewriter:
     read_ahead: int = READ_AHEAD
     sample_rows: int = SAMPLE_ROWS
     buffer_bytes: int = BUFFER_BYTES
+    hilbert: bool = False
 
     @classmethod
     def for_snapshot(
         cls,
         snapshot: Snapshot,
-        columns: Sequence[str],
+        columns: Sequence[str | tuple[str, ...]],
         max_file_size: int,
         deletion_timestamp: int | None = None,
+        *,
+        hilbert: bool = False,
     ) -> ZOrderRewriter:
+        """``columns``: top-level names or paths."""
         conf = snapshot.io.conf
         noise = (get_delta_conf(conf, ADD_NOISE_KEY) or "true").strip().lower() != "false"
         return cls(
             table_reader(snapshot),
             write_spec(snapshot),
-            tuple(columns),
+            tuple((column,) if isinstance(column, str) else tuple(column) for column in columns),
             max_file_size,
             int(time.time() * 1000) if deletion_timestamp is None else deletion_timestamp,
             ranges=num_ranges(conf),
             add_noise=noise,
+            hilbert=hilbert,
         )
+
+    def with_read_ahead(self, files: int) -> ZOrderRewriter:
+        """This rewriter reading ``files`` files ahead (0: each file when it is needed)."""
+        return replace(self, read_ahead=files)
 
     def rewrite(self, work: Bin) -> RewrittenBin:
         """Rewrite ``work`` (all files of one partition) as ``max(1, size // max_file_size)`` files."""
         rng = np.random.default_rng(_seed(work, self.spec.table_path))
         sample = _Sample(self.columns, self.sample_rows, rng)
-        for table in read_in_order(self.reader, work.files, self.columns, read_ahead=self.read_ahead):
+        for table in read_in_order(self.reader, work.files, sample.read, read_ahead=self.read_ahead):
             sample.add(table)
-        curve = sample.curve(self.ranges)
+        curve = sample.curve(self.ranges, hilbert=self.hilbert)
         noise = rng if self.add_noise else None
         outputs = max(1, work.size // self.max_file_size)
         boundaries = (
@@ -360,7 +385,7 @@ class ZOrderRewriter:
             rows,
             describe_partition(work.partition_values),
             self.spec.table_path,
-            ", ".join(self.columns),
+            ", ".join(".".join(path) for path in self.columns),
             len(written),
         )
         return RewrittenBin(work, rearranged(written), removes_of(work.files, self.deletion_timestamp), rows)

@@ -136,13 +136,19 @@ class DeltaOptimizeBuilder:
 
 
 def run_optimize(
-    target: SparkTarget, conditions: Sequence[str], mode: OptimizeMode, columns: Sequence[str]
+    target: SparkTarget,
+    conditions: Sequence[str],
+    mode: OptimizeMode,
+    columns: Sequence[str],
+    *,
+    full: bool = False,
 ) -> Any:
-    """An OPTIMIZE (compaction, Z-order, or REORG's purge of deletion vectors) of ``target``'s
-    latest version, restricted to the partitions ``conditions`` select, with its bins rewritten on
-    the executors; returns Delta's OPTIMIZE result DataFrame."""
+    """An OPTIMIZE (compaction or clustering, Z-order, or REORG's purge of deletion vectors) of
+    ``target``'s latest version, restricted to the partitions ``conditions`` select, with its bins
+    rewritten on the executors; returns Delta's OPTIMIZE result DataFrame. ``full``: recluster
+    every file of a clustered table."""
     snapshot = DeltaLog.for_table(target.path, target.conf()).update()
     filters = partition_filters(conditions, snapshot.partition_columns, target.path)
-    job = plan_optimize(snapshot, mode, partition_filters=filters, zorder_columns=list(columns))
+    job = plan_optimize(snapshot, mode, partition_filters=filters, zorder_columns=list(columns), full=full)
     metrics = optimize_on_spark(target.spark, snapshot, job)
     return target.spark.createDataFrame([(target.path, optimize_metrics(metrics))], OPTIMIZE_SCHEMA)

@@ -140,6 +140,7 @@ class Optimize:
     table: TableRef
     where: str | None
     zorder: tuple[str, ...]
+    full: bool = False
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,7 @@ class StatementParser(TokenCursor[Token]):
     def optimize(self) -> ast.Statement:
         self.advance()
         table = self.table(path_string=True)
+        full = self.take_word("full")
         where = self.span(("zorder",), what="a partition predicate") if self.take_word("where") else None
         columns: list[str] = []
         if self.take_word("zorder"):
@@ -200,7 +201,7 @@ class StatementParser(TokenCursor[Token]):
             if parenthesised:
                 self.expect_op(")")
         self.finish()
-        return ast.Optimize(table, where, tuple(columns))
+        return ast.Optimize(table, where, tuple(columns), bool(full))
 
     def vacuum(self) -> ast.Statement:
         self.advance()

@@ -114,6 +114,11 @@ def _run(spark: Any, statement: ast.Statement) -> Any:
             builder = builder.where(statement.where)
         if statement.zorder:
             return builder.executeZOrderBy(list(statement.zorder))
+        if statement.full:  # Delta's OPTIMIZE ... FULL: recluster every file of a clustered table
+            conditions = [statement.where] if statement.where is not None else []
+            return run_optimize(
+                _target(spark, statement.table), conditions, OptimizeMode.COMPACT, [], full=True
+            )
         return builder.executeCompaction()
     if isinstance(statement, ast.Reorg):
         conditions = [statement.where] if statement.where is not None else []

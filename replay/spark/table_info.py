@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import pyarrow.compute as pc
 
+from replay.maintenance.clustering import domain_columns
 from replay.protocol.table_features import supported_features
 from replay.state.snapshot import Snapshot
 
@@ -45,7 +46,6 @@ RESTORE_RESULT_SCHEMA = (
     "table_size_after_restore BIGINT, num_of_files_after_restore BIGINT, num_removed_files BIGINT, "
     "num_restored_files BIGINT, removed_files_size BIGINT, restored_files_size BIGINT"
 )
-CLUSTERING_DOMAIN = "delta.clustering"
 
 
 def _time(milliseconds: object) -> _dt.datetime | None:
@@ -96,11 +96,7 @@ def history_rows(entries: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
 
 def clustering_columns(snapshot: Snapshot) -> list[str]:
     """The clustering columns of a clustered table (its ``delta.clustering`` domain), dotted."""
-    domain = snapshot.domain_metadata.get(CLUSTERING_DOMAIN)
-    if domain is None or not domain.configuration:
-        return []
-    columns = orjson.loads(domain.configuration).get("clusteringColumns") or []
-    return [".".join(path) if isinstance(path, list) else str(path) for path in columns]
+    return [".".join(path) for path in domain_columns(snapshot)]
 
 
 def detail_row(snapshot: Snapshot, location: str) -> tuple[Any, ...]:
