@@ -107,6 +107,7 @@ def test_turning_row_tracking_on_backfills_the_files_there_already(tmp_path: Pat
     table = DeltaTable(uri)
     operations = [entry["operation"] for entry in reversed(table.history())]
     assert operations[2:] == ["UPGRADE PROTOCOL", "ROW TRACKING BACKFILL", "SET TBLPROPERTIES"]
+    assert table.history(2)[1]["operationParameters"] == {"batchId": "0"}
     assert {"domainMetadata", "rowTracking"} <= set(table.protocol().writer_features or [])
     files = sorted(table.snapshot.files(), key=lambda add: add.base_row_id or 0)
     spans = [

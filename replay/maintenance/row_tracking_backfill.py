@@ -7,8 +7,8 @@ every file needs a ``baseRowId`` (:mod:`replay.txn.row_tracking`). As Delta's
 1. the protocol gets the ``rowTracking`` feature first (an ``UPGRADE PROTOCOL`` commit), so every
    file committed from then on, by any writer, gets its ids as it is added;
 2. the files added before that are re-added as they are (``dataChange=false``: readers of the
-   change feed and streams skip them) in ``ROW TRACKING BACKFILL`` commits of at most
-   :data:`MAX_FILES_PER_COMMIT` files; each commit numbers them after the high water mark, and
+   change feed and streams skip them) in ``ROW TRACKING BACKFILL`` commits (``batchId`` 0, 1,
+   ...) of at most :data:`MAX_FILES_PER_COMMIT` files; each numbers them after the high water mark, and
    conflicts with a concurrent commit that removed one of them;
 3. the caller then commits the property (``SET TBLPROPERTIES``).
 
@@ -18,6 +18,7 @@ Nothing is rewritten: the data files stay where they are.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 
 import orjson
@@ -62,14 +63,16 @@ def backfill_row_ids(io: TableIO, snapshot: Snapshot) -> Snapshot:
         txn.operation_parameters = {"newProtocol": orjson.dumps(protocol_parameters(upgraded)).decode()}
         txn.commit()
         snapshot = load_snapshot(io)
-    while True:
+    for batch_id in itertools.count():
         missing = [add for add in snapshot.files() if add.base_row_id is None]
         if not missing:
-            return snapshot
+            break
         batch = missing[:MAX_FILES_PER_COMMIT]
         txn = Transaction(io, snapshot, operation=BACKFILL_OPERATION)
         txn.read_files(batch)
         txn.add_actions(dataclasses.replace(add, data_change=False) for add in batch)
+        txn.operation_parameters = {"batchId": batch_id}
         version = txn.commit()
         logger.info("gave row ids to %d files of %s in version %d", len(batch), io.shown_path, version)
         snapshot = load_snapshot(io)
+    return snapshot
