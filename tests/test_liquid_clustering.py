@@ -21,6 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay import DeltaLog, DeltaTable, write_table
+from replay.cli.main import main as cli_main
+from replay.maintenance.alter_columns import ColumnChangeError
 from replay.maintenance.clustering import (
     CLUSTERING_PROVIDER,
     ZCUBE_COLUMNS_TAG,
@@ -161,11 +163,68 @@ def test_nested_clustering_columns_and_clear_errors(tmp_path: Path) -> None:
         DeltaTable(uri).optimize.compact()
 
 
+def test_alter_cluster_by_makes_a_table_clustered_and_checks_like_delta(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    rows = pa.table(
+        {
+            "id": pa.array(range(30), pa.int64()),
+            "v": [f"v{i % 4}" for i in range(30)],
+            "s": pa.array([{"a": i % 3} for i in range(30)]),
+            "flag": [i % 2 == 0 for i in range(30)],
+            "late": pa.array(range(30), pa.int64()),
+        }
+    )
+    write_table(uri, rows, max_rows_per_file=10, configuration={"delta.dataSkippingNumIndexedCols": "4"})
+    table = DeltaTable(uri)
+    version = table.version()
+    refusals = {
+        "DELTA_CLUSTER_BY_INVALID_NUM_COLUMNS": ["id", "v", "s.a", "late", "id"],
+        "DELTA_COLUMN_NOT_FOUND": ["nothing"],
+        "DELTA_CLUSTERING_COLUMNS_DATATYPE_NOT_SUPPORTED": ["flag"],
+        "DELTA_CLUSTERING_COLUMN_MISSING_STATS": ["late"],
+    }
+    for error, columns in refusals.items():
+        with pytest.raises(ColumnChangeError, match=rf"^\[{error}\]"):
+            table.alter.cluster_by(columns)
+    assert DeltaTable(uri).version() == version  # nothing committed
+    table.alter.cluster_by(["ID"])
+    snapshot = DeltaTable(uri).snapshot
+    assert {"clustering", "domainMetadata"} <= set(snapshot.protocol.writer_features or [])
+    assert orjson.loads(snapshot.domain_metadata["delta.clustering"].configuration) == {
+        "clusteringColumns": [["id"]]
+    }
+    assert cli_main(["alter", uri, "--cluster-by", "v,s.a"]) == 0
+    entry = DeltaTable(uri).history(1)[0]
+    assert entry["operation"] == "CLUSTER BY"
+    assert entry["operationParameters"] == {"oldClusteringColumns": "id", "newClusteringColumns": "v,s.a"}
+    DeltaTable(uri).optimize.compact()
+    assert {(a.tags or {})[ZCUBE_COLUMNS_TAG] for a in DeltaTable(uri).snapshot.files()} == {'["v","s.a"]'}
+    DeltaTable(uri).alter.cluster_by(None)  # CLUSTER BY NONE: OPTIMIZE compacts again
+    append(uri, range(30, 40))
+    assert DeltaTable(uri).optimize.compact()["numFilesRemoved"] == 2  # compacted, not clustered
+    assert [a.clustering_provider for a in DeltaTable(uri).snapshot.files()] == [None]
+    assert our_rows(uri) == rust_rows(uri)
+
+    mapped = str(tmp_path / "m")
+    write_table(mapped, rows.select(["id", "v"]), configuration={"delta.columnMapping.mode": "name"})
+    DeltaTable(mapped).alter.cluster_by(["v"])
+    domain = orjson.loads(DeltaTable(mapped).snapshot.domain_metadata["delta.clustering"].configuration)
+    assert domain["clusteringColumns"][0][0].startswith("col-")  # the physical name
+    DeltaTable(mapped).optimize.compact(full=True)
+    assert DeltaTable(mapped).history(1)[0]["operationParameters"]["clusterBy"] == '["v"]'
+    partitioned = str(tmp_path / "p")
+    write_table(partitioned, rows.select(["id", "v"]), partition_by=["v"])
+    with pytest.raises(
+        ColumnChangeError, match="DELTA_ALTER_TABLE_CLUSTER_BY_ON_PARTITIONED_TABLE_NOT_ALLOWED"
+    ):
+        DeltaTable(partitioned).alter.cluster_by(["id"])
+
+
 @pytest.mark.spark
 def test_spark_clusters_on_the_executors_and_takes_full(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     append(uri, range(120))
-    cluster_by(uri, ["v"], ["id"])
+    sql(spark, f"ALTER TABLE delta.`{uri}` CLUSTER BY (v, id)")
     table = SparkTable.forPath(spark, uri)
     metrics = table.optimize().executeCompaction().collect()[0]["metrics"]
     assert metrics["numFilesRemoved"] == 3

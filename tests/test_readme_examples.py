@@ -525,8 +525,9 @@ def test_the_maintenance_examples_on_s3(example_tables: ExampleTables) -> None:
     assert snapshot.config.change_data_feed_enabled and "owner" not in snapshot.metadata.configuration
     assert snapshot.metadata.column_mapping_mode == "name"
     assert "note" not in snapshot.schema.field_names and "remark" not in snapshot.schema.field_names
-    changes = [entry["operation"] for entry in DeltaLog.for_table(uri, conf).history(3)]
-    assert changes == ["DROP COLUMNS", "RENAME COLUMN", "SET TBLPROPERTIES"]
+    changes = [entry["operation"] for entry in DeltaLog.for_table(uri, conf).history(4)]
+    assert changes == ["CLUSTER BY", "DROP COLUMNS", "RENAME COLUMN", "SET TBLPROPERTIES"]
+    assert "clustering" in (snapshot.protocol.writer_features or [])
 
 
 def test_the_cdc_to_merge_pipeline_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

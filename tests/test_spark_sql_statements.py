@@ -56,6 +56,9 @@ def test_statements_parse_to_their_parts() -> None:
     assert vacuum == ast.Vacuum(vacuum.table, 0.0, True) and vacuum.table.path == "s3a://b/t"
     optimize = parse_statement("OPTIMIZE '/t' WHERE p = 'a' ZORDER BY (x, y)")
     assert isinstance(optimize, ast.Optimize) and (optimize.where, optimize.zorder) == ("p = 'a'", ("x", "y"))
+    clustering = parse_statement("ALTER TABLE t CLUSTER BY (a, s.`b c`)")
+    assert clustering == ast.ClusterBy(clustering.table, (("a",), ("s", "b c")))  # type: ignore[union-attr]
+    assert parse_statement("ALTER TABLE t CLUSTER BY NONE").columns == ()  # type: ignore[union-attr]
     full = parse_statement("OPTIMIZE delta.`/t` FULL WHERE p = 'a'")
     assert isinstance(full, ast.Optimize) and (full.full, full.where) == (True, "p = 'a'")
     restore = parse_statement("RESTORE t TO TIMESTAMP AS OF '2024-01-31'")

@@ -51,10 +51,10 @@ def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay.cli import output
 
     changes = (args.set, args.unset, args.add_constraint, args.drop_constraint, args.add_feature)
-    if not any(changes) and not args.rename_column and not args.drop_column:
+    if not any(changes) and not args.rename_column and not args.drop_column and args.cluster_by is None:
         args.usage_error(
             "nothing to change: give --set, --unset, --add-feature, --add-constraint, --drop-constraint, "
-            "--rename-column or --drop-column"
+            "--rename-column, --drop-column or --cluster-by"
         )
     table = DeltaTable(args.uri, conf=conf)
     alter = table.alter
@@ -73,6 +73,9 @@ def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
             alter.rename_column(column, new_name)
         if args.drop_column:
             alter.drop_columns(args.drop_column, raise_if_not_exists=not args.if_exists)
+        if args.cluster_by is not None:
+            columns = [c.strip() for c in args.cluster_by.split(",") if c.strip()]
+            alter.cluster_by(None if [c.lower() for c in columns] == ["none"] else columns)
     protocol = table.protocol()
     shown: dict[str, Any] = {
         "version": table.version(),
@@ -105,7 +108,9 @@ def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     restore.add_argument("--json", action="store_true")
 
     alter = command(
-        "alter", cmd_alter, "Change a table's properties, features, CHECK constraints and (mapped) columns."
+        "alter",
+        cmd_alter,
+        "Change a table's properties, features, CHECK constraints, (mapped) columns and clustering.",
     )
     alter.add_argument("uri")
     alter.add_argument("--set", action="append", type=pair, default=[], metavar="KEY=VALUE")
@@ -115,6 +120,11 @@ def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     alter.add_argument("--drop-constraint", action="append", default=[], metavar="NAME")
     alter.add_argument("--rename-column", action="append", type=pair, default=[], metavar="COLUMN=NEW_NAME")
     alter.add_argument("--drop-column", action="append", default=[], metavar="COLUMN")
+    alter.add_argument(
+        "--cluster-by",
+        metavar="A,B",
+        help="the clustering columns (none: CLUSTER BY NONE); OPTIMIZE clusters",
+    )
     alter.add_argument(
         "--if-exists", action="store_true", help="--unset/--drop-constraint/--drop-column: missing is fine"
     )

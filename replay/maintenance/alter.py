@@ -11,7 +11,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from replay.log.table_io import TableIO
-from replay.maintenance import alter_columns, alter_constraints, alter_mapped_columns, alter_properties
+from replay.maintenance import (
+    alter_clustering,
+    alter_columns,
+    alter_constraints,
+    alter_mapped_columns,
+    alter_properties,
+)
 from replay.state.snapshot import Snapshot
 
 _DELTA_RS_FEATURE_NAMES = {
@@ -109,6 +115,12 @@ class TableAlterer:
         )
         if version is not None:
             self._done(version)
+
+    def cluster_by(self, columns: Sequence[str] | None) -> None:
+        """Cluster the table by ``columns`` (``a``, ``s.f``; at most four; ``None``: ``CLUSTER BY
+        NONE``): Delta's ALTER TABLE CLUSTER BY, a metadata-only commit; OPTIMIZE then clusters
+        (:mod:`replay.maintenance.alter_clustering`)."""
+        self._done(alter_clustering.cluster_by(self._io, self._latest(), columns))
 
     def add_constraint(self, constraints: Mapping[str, str]) -> None:
         """Add CHECK constraints ``{name: SQL expression}``, each checked against every row first,

@@ -58,7 +58,8 @@ UNSUPPORTED: dict[str, tuple[str, str]] = {
 }
 ALTER_HINT = (
     "DeltaTable.setProperties / unsetProperties / addFeatureSupport, or replay.DeltaTable(uri).alter "
-    "(add_columns, add_constraint, drop_constraint, set_column_metadata, rename_column, drop_columns)"
+    "(add_columns, add_constraint, drop_constraint, set_column_metadata, rename_column, drop_columns, "
+    "cluster_by)"
 )
 
 
@@ -205,6 +206,13 @@ class DropColumns:
 
 
 @dataclass(frozen=True)
+class ClusterBy:
+    table: TableRef
+    columns: tuple[tuple[str, ...], ...]
+    """Empty: ``CLUSTER BY NONE``."""
+
+
+@dataclass(frozen=True)
 class Delete:
     table: TableRef
     condition: str | None
@@ -276,6 +284,7 @@ Statement = (
     | DropConstraint
     | RenameColumn
     | DropColumns
+    | ClusterBy
     | Delete
     | Update
     | Merge

@@ -301,6 +301,17 @@ class StatementParser(TokenCursor[Token]):
                 self.expect_op(")")
             self.finish()
             return ast.DropColumns(table, tuple(columns), if_exists)
+        if self.token.is_word("cluster") and self.peek().is_word("by"):
+            self.index += 2
+            clustering: list[tuple[str, ...]] = []
+            if not self.take_word("none"):
+                self.expect_op("(")
+                clustering.append(self.column_path())
+                while self.take_op(","):
+                    clustering.append(self.column_path())
+                self.expect_op(")")
+            self.finish()
+            return ast.ClusterBy(table, tuple(clustering))
         words = " ".join(
             token.text.upper() for token in self.tokens[self.index : self.index + 2] if token.kind == "word"
         )

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from replay.dml.assignments import check_unique
+from replay.maintenance.alter_clustering import cluster_by
 from replay.maintenance.alter_constraints import add_constraint, drop_constraint
 from replay.maintenance.alter_mapped_columns import drop_columns, rename_column
 from replay.maintenance.optimize_plan import OptimizeMode
@@ -150,6 +151,10 @@ def _run(spark: Any, statement: ast.Statement) -> Any:
         else:
             paths = [column_path_name(path) for path in statement.columns]
             drop_columns(log.io, log.update(), paths, if_exists=statement.if_exists)
+        return _empty(spark)
+    if isinstance(statement, ast.ClusterBy):
+        log = _target(spark, statement.table).log()
+        cluster_by(log.io, log.update(), [column_path_name(path) for path in statement.columns])
         return _empty(spark)
     if isinstance(statement, ast.Delete):
         return _table(spark, _default_alias(statement.table)).delete(statement.condition)
