@@ -56,6 +56,8 @@ def test_statements_parse_to_their_parts() -> None:
     assert vacuum == ast.Vacuum(vacuum.table, 0.0, True) and vacuum.table.path == "s3a://b/t"
     optimize = parse_statement("OPTIMIZE '/t' WHERE p = 'a' ZORDER BY (x, y)")
     assert isinstance(optimize, ast.Optimize) and (optimize.where, optimize.zorder) == ("p = 'a'", ("x", "y"))
+    widened = parse_statement("ALTER TABLE t ALTER COLUMN s.a TYPE decimal(12, 2)")
+    assert widened == ast.ChangeColumnType(widened.table, ("s", "a"), "decimal(12,2)")  # type: ignore[union-attr]
     clustering = parse_statement("ALTER TABLE t CLUSTER BY (a, s.`b c`)")
     assert clustering == ast.ClusterBy(clustering.table, (("a",), ("s", "b c")))  # type: ignore[union-attr]
     assert parse_statement("ALTER TABLE t CLUSTER BY NONE").columns == ()  # type: ignore[union-attr]
@@ -159,6 +161,10 @@ def test_maintenance_statements_match_the_delta_table_api(spark: Any, tmp_path: 
     sql(spark, "ALTER TABLE events RENAME COLUMN v TO `the value`")
     sql(spark, "ALTER TABLE events DROP COLUMN IF EXISTS (nothing)")
     assert spark.read.format("deltalog").load(uri).columns == ["id", "the value", "p"]
+    sql(spark, "ALTER TABLE events SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    sql(spark, "ALTER TABLE events ALTER COLUMN id TYPE decimal(22, 0)")  # long -> a wider decimal
+    widened = spark.read.format("deltalog").load(uri).orderBy("id").collect()
+    assert [int(row["id"]) for row in widened] == [1, 1, 2, 3, 4]
     assert unregister_table(spark, "events")
 
 

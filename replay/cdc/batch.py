@@ -41,7 +41,7 @@ from replay.log.table_io import TableIO
 from replay.protocol.actions import Action, CommitInfo, Metadata, Protocol
 from replay.protocol.errors import DataLossError, VersionNotFoundError
 from replay.protocol.filenames import delta_file
-from replay.protocol.table_config import TableConfiguration
+from replay.protocol.table_config import TYPE_WIDENING_FEATURES, TableConfiguration
 from replay.protocol.timestamps import UTC, Timestamp, to_datetime, to_timestamp_ms
 from replay.state.loader import KnownDescription, load_table_configuration
 from replay.state.snapshot import Snapshot
@@ -340,7 +340,8 @@ def plan_changes(
         )
         if read_version == latest_version:
             read_metadata, read_protocol = latest.metadata, latest.protocol
-    check = BatchSchemaCheck(start, end, read_metadata, read_version, table)
+    widening = bool(set(read_protocol.writer_features or ()) & TYPE_WIDENING_FEATURES)
+    check = BatchSchemaCheck(start, end, read_metadata, read_version, table, type_widening=widening)
     for version, commit_metadata in metadata_changes:
         if not is_cdf_enabled(commit_metadata):
             raise missing_change_data_error(version, start, end, table)

@@ -104,7 +104,9 @@ def batch_read_version(
 class BatchSchemaCheck:
     """Delta's ``checkBatchCdfReadSchemaIncompatibility`` for the range ``[start, end]``.
 
-    ``read`` is the metadata whose schema the read uses, at ``read_version``.
+    ``read`` is the metadata whose schema the read uses, at ``read_version``; ``type_widening``
+    (its table supports type widening): data of an older version whose columns were widened since
+    reads with the wider types.
     """
 
     start: int
@@ -112,12 +114,16 @@ class BatchSchemaCheck:
     read: Metadata
     read_version: int
     table: str | None = None
+    type_widening: bool = False
 
     def is_compatible(self, metadata: Metadata, version: int) -> bool:
         """Whether data written with ``metadata`` (in force at ``version``) reads with the read schema."""
         if version <= self.read_version:
             return has_no_column_mapping_schema_changes(self.read, metadata) and is_read_compatible(
-                metadata.schema, self.read.schema, forbid_tighten_nullability=True
+                metadata.schema,
+                self.read.schema,
+                forbid_tighten_nullability=True,
+                allow_type_widening=self.type_widening,
             )
         return has_no_column_mapping_schema_changes(metadata, self.read) and is_read_compatible(
             self.read.schema, metadata.schema, forbid_tighten_nullability=False

@@ -101,6 +101,12 @@ class TableAlterer:
         """Merge ``metadata`` into a column's metadata (``a.b`` for a struct field)."""
         self._done(alter_columns.set_column_metadata(self._io, self._latest(), column, metadata))
 
+    def change_column_type(self, column: str, data_type: Any) -> None:
+        """Widen a column's type (``a``, ``s.f``; ``data_type``: ``"bigint"``, ``"decimal(12,2)"``, a
+        pyarrow type ...): Delta's ALTER TABLE ALTER COLUMN ... TYPE, on a table with type widening,
+        recorded in ``delta.typeChanges``; no file is rewritten."""
+        self._done(alter_columns.change_column_type(self._io, self._latest(), column, data_type))
+
     def rename_column(self, column: str, new_name: str) -> None:
         """Rename a column (``a.b`` for a struct field): Delta's ALTER TABLE RENAME COLUMN, a
         metadata-only change that needs column mapping (:mod:`replay.maintenance.alter_mapped_columns`)."""

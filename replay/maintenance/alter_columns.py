@@ -10,6 +10,10 @@ Under column mapping, new columns get ids and physical names (:meth:`Metadata.wi
 Column metadata (comments and the user's own keys) changes with operation CHANGE COLUMN; keys
 starting with ``delta.`` belong to Delta (column mapping, invariants, generated and identity
 columns) and are refused.
+
+A column's type changes (ALTER TABLE ... ALTER COLUMN ... TYPE, also a CHANGE COLUMN commit) only
+to a wider one on a table with type widening, recorded in its ``delta.typeChanges``
+(:mod:`replay.protocol.type_widening`); no file is rewritten.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from replay.protocol.schema import (
     StructType,
     parse_data_type,
 )
+from replay.protocol.sql.datatypes import type_from_name
+from replay.protocol.type_widening import is_widening, with_type_changes
 from replay.state.snapshot import Snapshot
 
 
@@ -164,6 +170,54 @@ def set_column_metadata(io: TableIO, snapshot: Snapshot, column: str, metadata: 
     new_metadata = dataclasses.replace(snapshot.metadata, schema_string=schema.to_json())
     parameters = {"column": column_parameter([*path[:-1], changed.name], changed)}
     return commit_alter(io, snapshot, "CHANGE COLUMN", parameters, new_metadata)
+
+
+def change_column_type(io: TableIO, snapshot: Snapshot, column: str, data_type: Any) -> int:
+    """Change the type of ``column`` (``a``, ``s.f``) to ``data_type`` (a type name such as
+    ``bigint`` or ``decimal(12,2)``, a pyarrow type or a schema type); returns the committed
+    version. Raises :class:`ColumnChangeError` with Delta's
+    ``DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP`` unless type widening is on and the type is wider
+    (see the module docs), and ``DELTA_COLUMN_NOT_FOUND`` for an unknown column."""
+    table = io.shown_path
+    path = resolve_column(snapshot.schema, column, table)
+    current = struct_at(snapshot.schema, path[:-1]).field(path[-1])
+    new_type = _data_type(data_type, table)
+    if new_type == current.type:
+        raise ColumnChangeError(
+            f"Column {'.'.join(path)} of table {table} is already of type {type_name(new_type)}", table=table
+        )
+    if not snapshot.config.type_widening_enabled or not is_widening(current.type, new_type):
+        hint = (
+            ""
+            if snapshot.config.type_widening_enabled
+            else " (enable type widening: delta.enableTypeWidening)"
+        )
+        raise ColumnChangeError(
+            "[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE ALTER COLUMN is not supported for "
+            f"changing column {'.'.join(path)} from {type_name(current.type)} to {type_name(new_type)} "
+            f"(table {table}){hint}",
+            table=table,
+        )
+    changed = dataclasses.replace(current, type=new_type)
+    schema = with_type_changes(snapshot.schema, replace_field(snapshot.schema, path, lambda _: [changed]))
+    recorded = struct_at(schema, path[:-1]).field(path[-1])
+    new_metadata = dataclasses.replace(snapshot.metadata, schema_string=schema.to_json())
+    parameters = {"column": column_parameter([*path[:-1], recorded.name], recorded)}
+    return commit_alter(io, snapshot, "CHANGE COLUMN", parameters, new_metadata)
+
+
+def _data_type(value: Any, table: str) -> DataType:
+    if isinstance(value, DataType):
+        return value
+    if isinstance(value, pa.DataType):
+        return to_struct_field(pa.field("c", value)).type
+    text = str(value).strip()
+    name, _, rest = text.partition("(")
+    arguments = [int(part) for part in rest.rstrip(")").split(",") if part.strip().isdigit()] if rest else []
+    arrow = type_from_name(name.strip(), arguments)
+    if arrow is None:
+        raise ColumnChangeError(f"Unknown type {text!r} for a column of table {table}", table=table)
+    return to_struct_field(pa.field("c", arrow)).type
 
 
 def resolve_column(schema: StructType, column: str, table: str) -> list[str]:

@@ -17,9 +17,11 @@ crosses schema changes (pure, on :class:`~replay.protocol.schema.StructType` and
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from replay.protocol.actions import Metadata
 from replay.protocol.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
+from replay.protocol.type_widening import is_widening
 
 FieldPath = tuple[str, ...]
 
@@ -37,6 +39,7 @@ def is_read_compatible(
     allow_missing_columns: bool = False,
     new_partition_columns: Sequence[str] = (),
     old_partition_columns: Sequence[str] = (),
+    allow_type_widening: bool = False,
 ) -> bool:
     """Whether data of the ``existing`` schema can be read with the ``read`` schema.
 
@@ -46,11 +49,20 @@ def is_read_compatible(
     Delta), and a nullability change: with
     ``forbid_tighten_nullability`` a nullable column read as non-nullable (the data may hold nulls
     the read schema promises away), otherwise a non-nullable one read as nullable. Columns only in
-    ``read`` are fine (they read as nulls). Names match case-insensitively, as in Delta.
+    ``read`` are fine (they read as nulls). Names match case-insensitively, as in Delta. With
+    ``allow_type_widening`` a column read as a wider type (type widening,
+    :func:`~replay.protocol.type_widening.is_widening`) is compatible too.
     """
     if not allow_missing_columns and list(new_partition_columns) != list(old_partition_columns):
         return False
-    return _struct_compatible(existing, read, forbid_tighten_nullability, allow_missing_columns)
+    rules = _Rules(forbid_tighten_nullability, allow_type_widening)
+    return _struct_compatible(existing, read, rules, allow_missing_columns)
+
+
+@dataclass(frozen=True)
+class _Rules:
+    forbid_tighten: bool
+    widening: bool
 
 
 def _nullability_compatible(existing_nullable: bool, read_nullable: bool, forbid_tighten: bool) -> bool:
@@ -59,9 +71,7 @@ def _nullability_compatible(existing_nullable: bool, read_nullable: bool, forbid
     return existing_nullable or not read_nullable
 
 
-def _struct_compatible(
-    existing: StructType, read: StructType, forbid_tighten: bool, allow_missing: bool
-) -> bool:
+def _struct_compatible(existing: StructType, read: StructType, rules: _Rules, allow_missing: bool) -> bool:
     existing_by_name = {f.name.lower(): f for f in existing.fields}
     read_names = {f.name.lower() for f in read.fields}
     if not allow_missing and not set(existing_by_name) <= read_names:
@@ -72,28 +82,31 @@ def _struct_compatible(
             continue
         if (
             existing_field.name != read_field.name
-            or not _nullability_compatible(existing_field.nullable, read_field.nullable, forbid_tighten)
-            or not _type_compatible(existing_field.type, read_field.type, forbid_tighten)
+            or not _nullability_compatible(existing_field.nullable, read_field.nullable, rules.forbid_tighten)
+            or not _type_compatible(existing_field.type, read_field.type, rules)
         ):
             return False
     return True
 
 
-def _type_compatible(existing: DataType, read: DataType, forbid_tighten: bool) -> bool:
+def _type_compatible(existing: DataType, read: DataType, rules: _Rules) -> bool:
     if isinstance(existing, StructType) and isinstance(read, StructType):
-        return _struct_compatible(existing, read, forbid_tighten, allow_missing=False)
+        return _struct_compatible(existing, read, rules, allow_missing=False)
     if isinstance(existing, ArrayType) and isinstance(read, ArrayType):
         return _nullability_compatible(
-            existing.contains_null, read.contains_null, forbid_tighten
-        ) and _type_compatible(existing.element_type, read.element_type, forbid_tighten)
+            existing.contains_null, read.contains_null, rules.forbid_tighten
+        ) and _type_compatible(existing.element_type, read.element_type, rules)
     if isinstance(existing, MapType) and isinstance(read, MapType):
         return (
-            _nullability_compatible(existing.value_contains_null, read.value_contains_null, forbid_tighten)
-            and _type_compatible(existing.key_type, read.key_type, forbid_tighten)
-            and _type_compatible(existing.value_type, read.value_type, forbid_tighten)
+            _nullability_compatible(
+                existing.value_contains_null, read.value_contains_null, rules.forbid_tighten
+            )
+            and _type_compatible(existing.key_type, read.key_type, rules)
+            and _type_compatible(existing.value_type, read.value_type, rules)
         )
     if isinstance(existing, PrimitiveType) and isinstance(read, PrimitiveType):
-        return _primitive_key(existing) == _primitive_key(read)
+        same = _primitive_key(existing) == _primitive_key(read)
+        return same or (rules.widening and is_widening(existing, read))
     return False
 
 

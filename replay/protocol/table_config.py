@@ -31,6 +31,7 @@ from replay.protocol.table_properties import (
     ENABLE_EXPIRED_LOG_CLEANUP,
     ENABLE_IN_COMMIT_TIMESTAMPS,
     ENABLE_ROW_TRACKING,
+    ENABLE_TYPE_WIDENING,
     IN_COMMIT_TIMESTAMP_ENABLEMENT_VERSION,
     ISOLATION_LEVEL,
     LOG_RETENTION,
@@ -39,6 +40,7 @@ from replay.protocol.table_properties import (
     SET_TRANSACTION_RETENTION,
     TARGET_FILE_SIZE,
 )
+from replay.protocol.type_widening import unsupported_type_changes
 
 SUPPORTED_READER_VERSION = 3
 SUPPORTED_READER_FEATURES = frozenset(
@@ -354,19 +356,34 @@ class TableConfiguration:
             self._check_type_changes(previous)
 
     def _check_type_changes(self, previous: TableConfiguration) -> None:
-        """On a table that supports type widening, a schema change may not change a column's type:
-        Delta requires a writer to record it (``delta.typeChanges``), which this one does not do
-        (Delta's ``ALTER TABLE ... CHANGE COLUMN ... TYPE`` does)."""
+        """On a table that supports type widening, a column's type may change only to a wider one
+        and only where type widening is on (the ``typeWidening`` feature and
+        ``delta.enableTypeWidening``), recorded in ``delta.typeChanges``
+        (:mod:`replay.protocol.type_widening`); the preview feature's changes, which name the
+        version they were made in, are not written here."""
         features = set(self.protocol.writer_features or ()) | set(previous.protocol.writer_features or ())
         if not features & TYPE_WIDENING_FEATURES:
             return
         changed = changed_types(previous.metadata.schema, self.metadata.schema)
-        if changed:
-            path, before, after = changed[0]
-            raise UnsupportedTableFeatureError(
-                f"Cannot change the type of column {'.'.join(path)} of table {self.table} from {before} to "
-                f"{after}: the table supports type widening, whose type changes this writer does not "
-                "record (use ALTER TABLE ... CHANGE COLUMN ... TYPE with Delta Lake on Spark)",
-                table=self.table,
-                features=sorted(features & TYPE_WIDENING_FEATURES),
-            )
+        if not changed:
+            return
+        problems = unsupported_type_changes(previous.metadata.schema, self.metadata.schema)
+        if self.type_widening_enabled and not problems:
+            return
+        path, before, after = changed[0]
+        shown = problems[0] if problems else f"{'.'.join(path)}: {before} -> {after}"
+        raise UnsupportedTableFeatureError(
+            f"Cannot change the type of column {shown} of table {self.table}: a type change needs type "
+            "widening enabled (the typeWidening feature and delta.enableTypeWidening=true), a wider type, "
+            "and the change recorded in delta.typeChanges",
+            table=self.table,
+            features=sorted(features & TYPE_WIDENING_FEATURES),
+        )
+
+    @cached_property
+    def type_widening_enabled(self) -> bool:
+        """Whether columns may widen here: the stable ``typeWidening`` feature and
+        ``delta.enableTypeWidening`` (:mod:`replay.protocol.type_widening`)."""
+        return self.protocol.has_writer_feature("typeWidening") and ENABLE_TYPE_WIDENING.value_in(
+            self.configuration
+        )

@@ -59,7 +59,7 @@ UNSUPPORTED: dict[str, tuple[str, str]] = {
 ALTER_HINT = (
     "DeltaTable.setProperties / unsetProperties / addFeatureSupport, or replay.DeltaTable(uri).alter "
     "(add_columns, add_constraint, drop_constraint, set_column_metadata, rename_column, drop_columns, "
-    "cluster_by)"
+    "cluster_by, change_column_type)"
 )
 
 
@@ -206,6 +206,13 @@ class DropColumns:
 
 
 @dataclass(frozen=True)
+class ChangeColumnType:
+    table: TableRef
+    column: tuple[str, ...]
+    data_type: str
+
+
+@dataclass(frozen=True)
 class ClusterBy:
     table: TableRef
     columns: tuple[tuple[str, ...], ...]
@@ -285,6 +292,7 @@ Statement = (
     | RenameColumn
     | DropColumns
     | ClusterBy
+    | ChangeColumnType
     | Delete
     | Update
     | Merge

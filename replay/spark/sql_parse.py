@@ -301,6 +301,14 @@ class StatementParser(TokenCursor[Token]):
                 self.expect_op(")")
             self.finish()
             return ast.DropColumns(table, tuple(columns), if_exists)
+        if self.token.is_word("alter") or self.token.is_word("change"):
+            self.advance()
+            self.take_word("column")
+            column = self.column_path()
+            self.expect_word("type")
+            data_type = self.data_type()
+            self.finish()
+            return ast.ChangeColumnType(table, column, data_type)
         if self.token.is_word("cluster") and self.peek().is_word("by"):
             self.index += 2
             clustering: list[tuple[str, ...]] = []
@@ -316,6 +324,17 @@ class StatementParser(TokenCursor[Token]):
             token.text.upper() for token in self.tokens[self.index : self.index + 2] if token.kind == "word"
         )
         raise UnsupportedStatementError(f"ALTER TABLE ... {words}".rstrip(), ALTER_HINT)
+
+    def data_type(self) -> str:
+        """A type name, with its arguments: ``bigint``, ``decimal(12, 2)`` (as ``decimal(12,2)``)."""
+        name = self.identifier("a data type")
+        if not self.take_op("("):
+            return name
+        arguments = [self.number("a type argument")]
+        while self.take_op(","):
+            arguments.append(self.number("a type argument"))
+        self.expect_op(")")
+        return f"{name}({','.join(arguments)})"
 
     def column_path(self) -> tuple[str, ...]:
         """A column, ``a`` or ``s.f`` (parts backquoted where needed)."""

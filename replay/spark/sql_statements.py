@@ -21,6 +21,7 @@ from typing import Any
 
 from replay.dml.assignments import check_unique
 from replay.maintenance.alter_clustering import cluster_by
+from replay.maintenance.alter_columns import change_column_type
 from replay.maintenance.alter_constraints import add_constraint, drop_constraint
 from replay.maintenance.alter_mapped_columns import drop_columns, rename_column
 from replay.maintenance.optimize_plan import OptimizeMode
@@ -151,6 +152,10 @@ def _run(spark: Any, statement: ast.Statement) -> Any:
         else:
             paths = [column_path_name(path) for path in statement.columns]
             drop_columns(log.io, log.update(), paths, if_exists=statement.if_exists)
+        return _empty(spark)
+    if isinstance(statement, ast.ChangeColumnType):
+        log = _target(spark, statement.table).log()
+        change_column_type(log.io, log.update(), column_path_name(statement.column), statement.data_type)
         return _empty(spark)
     if isinstance(statement, ast.ClusterBy):
         log = _target(spark, statement.table).log()

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from replay.protocol.errors import DeltaError
 from replay.protocol.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
+from replay.protocol.type_widening import is_automatic_widening
 
 SCHEMA_MISMATCH_CODE = "_LEGACY_ERROR_TEMP_DELTA_0007"
 """The error class OSS Delta reports a DataFrame write's schema mismatch with."""
@@ -61,16 +62,20 @@ def check_duplicate_columns(schema: StructType, where: str = "in the data to sav
         raise SchemaMismatchError(f"[COLUMN_ALREADY_EXISTS] Found duplicate column(s) {where}: {listed}.")
 
 
-def merge_schemas(table: StructType, data: StructType, *, allow_implicit_casts: bool = False) -> StructType:
+def merge_schemas(
+    table: StructType, data: StructType, *, allow_implicit_casts: bool = False, widen: bool = False
+) -> StructType:
     """The table schema with ``data`` merged in (see the module docstring); raises
-    :class:`SchemaMismatchError` (``DELTA_FAILED_TO_MERGE_FIELDS``) naming the fields that clash."""
+    :class:`SchemaMismatchError` (``DELTA_FAILED_TO_MERGE_FIELDS``) naming the fields that clash.
+    ``widen`` (a table with type widening): a column whose incoming type is wider within its
+    family takes it (:func:`~replay.protocol.type_widening.is_automatic_widening`)."""
     check_duplicate_columns(data)
-    merged = _merge(table, data, allow_implicit_casts)
+    merged = _merge(table, data, allow_implicit_casts, widen)
     assert isinstance(merged, StructType)
     return merged
 
 
-def _merge(current: DataType, update: DataType, implicit: bool) -> DataType:
+def _merge(current: DataType, update: DataType, implicit: bool, widen: bool = False) -> DataType:
     if isinstance(current, StructType) and isinstance(update, StructType):
         updates = {field.name.lower(): field for field in update.fields}
         fields: list[StructField] = []
@@ -80,7 +85,7 @@ def _merge(current: DataType, update: DataType, implicit: bool) -> DataType:
                 fields.append(field)
                 continue
             try:
-                merged = _merge(field.type, match.type, implicit)
+                merged = _merge(field.type, match.type, implicit, widen)
             except SchemaMismatchError as exc:
                 raise SchemaMismatchError(
                     f"[DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge fields '{field.name}' and "
@@ -91,17 +96,19 @@ def _merge(current: DataType, update: DataType, implicit: bool) -> DataType:
         fields += [as_nullable_field(f) for f in update.fields if f.name.lower() not in known]
         return StructType(fields)
     if isinstance(current, ArrayType) and isinstance(update, ArrayType):
-        return ArrayType(_merge(current.element_type, update.element_type, implicit), current.contains_null)
+        return ArrayType(
+            _merge(current.element_type, update.element_type, implicit, widen), current.contains_null
+        )
     if isinstance(current, MapType) and isinstance(update, MapType):
         return MapType(
-            _merge(current.key_type, update.key_type, implicit),
-            _merge(current.value_type, update.value_type, implicit),
+            _merge(current.key_type, update.key_type, implicit, widen),
+            _merge(current.value_type, update.value_type, implicit, widen),
             current.value_contains_null,
         )
     if current == update:
         return current
     if isinstance(current, PrimitiveType) and isinstance(update, PrimitiveType):
-        if current.name == "void":
+        if current.name == "void" or (widen and is_automatic_widening(current, update)):
             return update
         widened = _INTEGRAL_WIDENING.get((current.name, update.name))
         if widened is not None:

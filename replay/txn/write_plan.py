@@ -46,6 +46,7 @@ from replay.protocol.table_properties import (
     check_table_properties,
     with_row_tracking_columns,
 )
+from replay.protocol.type_widening import with_type_changes
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 from replay.txn.schema_merge import (
@@ -370,8 +371,11 @@ def _existing_table(
         changed = metadata.with_schema(schema, partition_columns=partition_columns)
         return snapshot.protocol, changed, True
     partitioning_differs = given is not None and [c.lower() for c in given] != [c.lower() for c in existing]
+    widen = snapshot.config.type_widening_enabled and options.merge_schema
     try:
-        merged = merge_schemas(table_schema, data_schema, allow_implicit_casts=options.allow_implicit_casts)
+        merged = merge_schemas(
+            table_schema, data_schema, allow_implicit_casts=options.allow_implicit_casts, widen=widen
+        )
     except SchemaMismatchError:
         if partitioning_differs:
             raise _mismatch(metadata, data_schema, options, given, existing) from None
@@ -380,6 +384,8 @@ def _existing_table(
         raise _mismatch(metadata, data_schema, options, given if partitioning_differs else None, existing)
     if merged == table_schema:
         return snapshot.protocol, metadata, False
+    if snapshot.config.type_widening_enabled:  # every type change recorded (delta.typeChanges)
+        merged = with_type_changes(table_schema, merged)
     return snapshot.protocol, metadata.with_schema(merged), True
 
 
