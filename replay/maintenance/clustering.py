@@ -151,16 +151,17 @@ def cluster_candidates(
     files: Sequence[AddFile], columns: Sequence[str], sizes: CubeSizes, *, full: bool = False
 ) -> list[AddFile]:
     """The files a clustering OPTIMIZE rewrites, in the order they are packed into ZCubes (see
-    the module docstring); ``columns``: the clustering columns' names (:func:`column_name`)."""
+    the module docstring); ``columns``: the clustering columns' names
+    (:func:`clustering_column_name`)."""
     if full:
         return sorted(files, key=_cube_order)
-    wanted = orjson.dumps(list(columns)).decode()
+    wanted = list(columns)
     kept = []
     for file in files:
         if file.clustering_provider not in (None, CLUSTERING_PROVIDER):
             continue
         cube = zcube_of(file)
-        if cube is not None and orjson.loads(cube[1]) != orjson.loads(wanted):
+        if cube is not None and _cube_columns(cube[1]) != wanted:
             continue  # clustered by other columns: left as it is
         kept.append(file)
     ordered = sorted(kept, key=_cube_order)
@@ -174,6 +175,15 @@ def cluster_candidates(
     if not fresh and len(small) <= 1:
         return []  # at most one ZCube and nothing new: already as clustered as it gets
     return fresh + [file for members in small for file in members]
+
+
+def _cube_columns(tag: str) -> list[str] | None:
+    """The columns a ``ZCUBE_ZORDER_BY`` tag names (``None`` for a tag that is no JSON list)."""
+    try:
+        value = orjson.loads(tag)
+    except orjson.JSONDecodeError:
+        return None
+    return [str(name) for name in value] if isinstance(value, list) else None
 
 
 def _cube_order(file: AddFile) -> tuple[bool, str, int, str]:
