@@ -62,9 +62,8 @@ def plan_column_update(table: DmlTable, assignments: Mapping[str, Assignment]) -
     rules = spec.constraints
     if table.deletion_vectors or table.change_spec is not None or spec.replace_where is not None:
         return None
-    if (
-        spec.renames_columns
-    ):  # column mapping, row ids to keep: the chunks would need other names, more columns
+    # column mapping, row ids to keep: the spliced chunks would need other names, more columns
+    if spec.renames_columns:
         return None
     if rules.checks or rules.invariants or rules.generated:
         return None

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import orjson
 
 from replay.log.table_io import TableIO
-from replay.maintenance.alter_columns import ColumnChangeError, resolve_column, type_name
+from replay.maintenance.alter_columns import ColumnChangeError, resolve_column, struct_at, type_name
 from replay.maintenance.clustering import (
     CLUSTERING_DOMAIN,
     ClusteringError,
@@ -32,7 +32,7 @@ from replay.maintenance.clustering import (
 )
 from replay.protocol.actions import DomainMetadata
 from replay.protocol.column_mapping import stored_name
-from replay.protocol.schema import PrimitiveType, StructField, StructType
+from replay.protocol.schema import PrimitiveType, StructType
 from replay.protocol.table_config import CLUSTERING
 from replay.protocol.table_features import protocol_with
 from replay.state.snapshot import Snapshot
@@ -42,6 +42,8 @@ from replay.txn.transaction import Transaction
 OPERATION = "CLUSTER BY"
 MAX_CLUSTERING_COLUMNS = 4
 """Delta's ``clusteredTable.numClusteringColumnsLimit``."""
+UNORDERED_TYPES = frozenset({"void", "variant", "binary", "boolean"})
+"""Primitive types whose statistics hold no bounds, so data skipping cannot use them."""
 
 
 def cluster_by(io: TableIO, snapshot: Snapshot, columns: Sequence[str] | None) -> int:
@@ -96,13 +98,8 @@ def _current_names(snapshot: Snapshot) -> list[str]:
 def _check_clusterable(snapshot: Snapshot, paths: Sequence[tuple[str, ...]], table: str) -> None:
     unsupported = []
     for path in paths:
-        leaf = _field_at(snapshot.schema, path)
-        if not isinstance(leaf.type, PrimitiveType) or leaf.type.name in (
-            "void",
-            "variant",
-            "binary",
-            "boolean",
-        ):
+        leaf = struct_at(snapshot.schema, path[:-1]).field(path[-1])
+        if not isinstance(leaf.type, PrimitiveType) or leaf.type.name in UNORDERED_TYPES:
             unsupported.append(f"{clustering_column_name(path)} : {type_name(leaf.type)}")
     if unsupported:
         raise ColumnChangeError(
@@ -127,16 +124,6 @@ def _check_clusterable(snapshot: Snapshot, paths: Sequence[tuple[str, ...]], tab
             "delta.dataSkippingNumIndexedCols, or those delta.dataSkippingStatsColumns names).",
             table=table,
         )
-
-
-def _field_at(schema: StructType, path: Sequence[str]) -> StructField:
-    fields = schema.fields
-    found: StructField | None = None
-    for name in path:
-        found = next(f for f in fields if f.name == name)
-        fields = found.type.fields if isinstance(found.type, StructType) else []
-    assert found is not None
-    return found
 
 
 def _physical_path(schema: StructType, path: Sequence[str], mapped: bool) -> list[str]:

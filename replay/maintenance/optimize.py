@@ -227,6 +227,7 @@ def plan_optimize(
     return OptimizeJob(plan, rewriter, operation, recorded if parameters is None else parameters)
 
 
+# -- running --------------------------------------------------------------------------------------
 def interval_seconds(value: Interval | None) -> float | None:
     """``min_commit_interval`` in seconds (a number of seconds or a ``timedelta``, as deltalake)."""
     if value is None:
