@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from replay import DeltaLog, DeltaTable, write_table
 from replay.cli.main import main as cli_main
-from replay.maintenance.alter_columns import ColumnChangeError
 from replay.maintenance.clustering import (
     CLUSTERING_PROVIDER,
     ZCUBE_COLUMNS_TAG,
@@ -34,8 +33,10 @@ from replay.maintenance.clustering import (
 from replay.maintenance.hilbert import hilbert_transposed
 from replay.maintenance.zorder import interleave_bits
 from replay.protocol.actions import AddFile, DomainMetadata, Protocol
+from replay.protocol.clustering_columns import ClusteringColumnError
 from replay.spark import DeltaTable as SparkTable
 from replay.spark import sql
+from replay.txn.write_plan import InvalidWriteOptionError
 from tests.dml_cases import our_rows, row_lineage, rust_rows
 
 MIN_CUBE_KEY = "spark.databricks.delta.optimize.clustering.mergeStrategy.minCubeSize.threshold"
@@ -159,7 +160,7 @@ def test_nested_clustering_columns_and_clear_errors(tmp_path: Path) -> None:
     assert our_rows(uri) == rust_rows(uri)
 
     cluster_by(uri, ["gone"])
-    with pytest.raises(ClusteringError, match="gone"):
+    with pytest.raises(ClusteringColumnError, match="gone"):
         DeltaTable(uri).optimize.compact()
 
 
@@ -184,7 +185,7 @@ def test_alter_cluster_by_makes_a_table_clustered_and_checks_like_delta(tmp_path
         "DELTA_CLUSTERING_COLUMN_MISSING_STATS": ["late"],
     }
     for error, columns in refusals.items():
-        with pytest.raises(ColumnChangeError, match=rf"^\[{error}\]"):
+        with pytest.raises(ClusteringColumnError, match=rf"^\[{error}\]"):
             table.alter.cluster_by(columns)
     assert DeltaTable(uri).version() == version  # nothing committed
     table.alter.cluster_by(["ID"])
@@ -215,9 +216,30 @@ def test_alter_cluster_by_makes_a_table_clustered_and_checks_like_delta(tmp_path
     partitioned = str(tmp_path / "p")
     write_table(partitioned, rows.select(["id", "v"]), partition_by=["v"])
     with pytest.raises(
-        ColumnChangeError, match="DELTA_ALTER_TABLE_CLUSTER_BY_ON_PARTITIONED_TABLE_NOT_ALLOWED"
+        ClusteringColumnError, match="DELTA_ALTER_TABLE_CLUSTER_BY_ON_PARTITIONED_TABLE_NOT_ALLOWED"
     ):
         DeltaTable(partitioned).alter.cluster_by(["id"])
+
+
+def test_a_write_creates_a_clustered_table(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    rows = pa.table({"id": pa.array(range(40), pa.int64()), "v": [f"v{i % 3}" for i in range(40)]})
+    with pytest.raises(ClusteringColumnError, match=r"^\[DELTA_CLUSTER_BY_WITH_PARTITIONED_BY\]"):
+        write_table(uri, rows, partition_by=["v"], cluster_by=["id"])
+    with pytest.raises(ClusteringColumnError, match=r"^\[DELTA_COLUMN_NOT_FOUND\].*`nothing`"):
+        write_table(uri, rows, cluster_by=["nothing"])
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").rglob("*.parquet"))
+    write_table(uri, rows, cluster_by=["v", "id"], max_rows_per_file=10)
+    snapshot = DeltaTable(uri).snapshot
+    assert {"clustering", "domainMetadata"} <= set(snapshot.protocol.writer_features or [])
+    domain = orjson.loads(snapshot.domain_metadata["delta.clustering"].configuration)
+    assert domain == {"clusteringColumns": [["v"], ["id"]]}
+    write_table(uri, rows.slice(0, 5), mode="append", cluster_by=["V", "ID"])  # its own columns: fine
+    with pytest.raises(InvalidWriteOptionError, match="DELTA_CLUSTERING_COLUMNS_MISMATCH"):
+        write_table(uri, rows.slice(0, 5), mode="append", cluster_by=["id"])
+    DeltaTable(uri).optimize.compact()
+    assert len(cubes(uri)) == 1 and "" not in cubes(uri)
+    assert our_rows(uri) == rust_rows(uri)
 
 
 @pytest.mark.spark
@@ -236,6 +258,11 @@ def test_spark_clusters_on_the_executors_and_takes_full(spark: Any, tmp_path: Pa
     with pytest.raises(ClusteringError, match="DELTA_CLUSTERING_WITH_ZORDER_BY"):
         sql(spark, f"OPTIMIZE delta.`{uri}` ZORDER BY (id)")
     assert sorted(r["id"] for r in rust_rows(uri)) == list(range(120))
+    created = str(tmp_path / "created")  # the Spark writer's clusterBy option
+    rows = spark.createDataFrame(rust_rows(uri))
+    rows.write.format("deltalog").mode("append").option("clusterBy", "id").save(created)
+    domain = DeltaTable(created).snapshot.domain_metadata["delta.clustering"]
+    assert orjson.loads(domain.configuration) == {"clusteringColumns": [["id"]]}
 
 
 # -- the rules, as properties -----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Liquid clustering: OPTIMIZE of a clustered table (Delta's ``CLUSTER BY``), incremental as Delta's.
 
 A clustered table (the ``clustering`` writer feature) names its clustering columns in the
-``delta.clustering`` domain (``{"clusteringColumns": [["physical", "path"], ...]}``). OPTIMIZE
-on it clusters rather than compacts, as Delta's ``ClusteringStrategy`` does:
+``delta.clustering`` domain (:mod:`replay.protocol.clustering_columns`). OPTIMIZE on it clusters
+rather than compacts, as Delta's ``ClusteringStrategy`` does:
 
 * **which files** (:func:`cluster_candidates`): files never clustered, and files clustered by the
   same columns (``clusteringProvider`` ``liquid`` and a ``ZCUBE_ZORDER_BY`` tag naming them)
@@ -44,14 +44,16 @@ from replay.maintenance.optimize_plan import (
 from replay.maintenance.optimize_rewrite import RewrittenBin
 from replay.maintenance.zorder import ZOrderRewriter
 from replay.protocol.actions import AddFile
-from replay.protocol.errors import DeltaError
-from replay.protocol.schema import StructType
-from replay.protocol.sql.syntax import quote_if_needed
+from replay.protocol.clustering_columns import (
+    ClusteringColumnError,
+    clustering_column_name,
+    domain_columns,
+    logical_paths,
+)
 from replay.protocol.table_properties import parse_byte_size
 from replay.state.snapshot import Snapshot
 from replay.txn.write_spec import FileWriteSpec
 
-CLUSTERING_DOMAIN = "delta.clustering"
 CLUSTERING_PROVIDER = "liquid"
 ZCUBE_ID_TAG = "ZCUBE_ID"
 ZCUBE_COLUMNS_TAG = "ZCUBE_ZORDER_BY"
@@ -61,7 +63,7 @@ DEFAULT_MIN_CUBE_SIZE = 100 * GIB
 """Delta's default: 100 times the default target file size."""
 
 
-class ClusteringError(DeltaError, ValueError):
+class ClusteringError(ClusteringColumnError):
     """An OPTIMIZE argument Delta refuses on a clustered table (a partition filter, ZORDER BY)."""
 
 
@@ -82,46 +84,12 @@ def zorder_error(columns: Sequence[str]) -> ClusteringError:
 # -- the clustering columns ----------------------------------------------------------------------
 def clustering_paths(snapshot: Snapshot) -> list[tuple[str, ...]]:
     """The clustering columns of ``snapshot``'s table as logical paths (none for a table that is
-    not clustered, or clustered ``BY NONE``); the domain names them by physical name. Raises
-    :class:`ClusteringError` naming a column the schema does not have."""
+    not clustered, or clustered ``BY NONE``). Raises
+    :class:`~replay.protocol.clustering_columns.ClusteringColumnError` naming a column the schema
+    does not have."""
     mapped = snapshot.config.column_mapping_mode != "none"
-    paths = []
-    for physical in domain_columns(snapshot):
-        logical = _logical_path(snapshot.schema, physical, mapped)
-        if logical is None:
-            raise ClusteringError(
-                f"Cannot cluster table {snapshot.io.shown_path}: its clustering column "
-                f"{clustering_column_name(physical)} is not a column of its schema"
-            )
-        paths.append(logical)
-    return paths
-
-
-def domain_columns(snapshot: Snapshot) -> list[list[str]]:
-    """The clustering columns as the ``delta.clustering`` domain lists them: physical paths."""
-    domain = snapshot.domain_metadata.get(CLUSTERING_DOMAIN)
-    if domain is None or domain.removed or not domain.configuration:
-        return []
-    listed = orjson.loads(domain.configuration).get("clusteringColumns") or []
-    return [[str(part) for part in path] if isinstance(path, list) else [str(path)] for path in listed]
-
-
-def _logical_path(schema: StructType, physical: Sequence[str], mapped: bool) -> tuple[str, ...] | None:
-    names: list[str] = []
-    fields = schema.fields
-    for part in physical:
-        found = next((f for f in fields if (f.physical_name if mapped else f.name) == part), None)
-        if found is None:
-            return None
-        names.append(found.name)
-        fields = found.type.fields if isinstance(found.type, StructType) else []
-    return tuple(names)
-
-
-def clustering_column_name(path: Sequence[str]) -> str:
-    """A clustering column as Delta names it in ``clusterBy`` and ``ZCUBE_ZORDER_BY``: its parts,
-    each backquoted where needed, joined by dots."""
-    return ".".join(quote_if_needed(part) for part in path)
+    physical = domain_columns(snapshot.domain_metadata)
+    return logical_paths(snapshot.schema, physical, mapped, snapshot.io.shown_path)
 
 
 # -- which files, in which ZCubes --------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pyarrow.compute as pc
 
-from replay.maintenance.clustering import domain_columns
+from replay.protocol.clustering_columns import domain_columns
 from replay.protocol.table_features import supported_features
 from replay.state.snapshot import Snapshot
 
@@ -96,7 +96,7 @@ def history_rows(entries: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
 
 def clustering_columns(snapshot: Snapshot) -> list[str]:
     """The clustering columns of a clustered table (its ``delta.clustering`` domain), dotted."""
-    return [".".join(path) for path in domain_columns(snapshot)]
+    return [".".join(path) for path in domain_columns(snapshot.domain_metadata)]
 
 
 def detail_row(snapshot: Snapshot, location: str) -> tuple[Any, ...]:

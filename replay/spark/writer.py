@@ -16,9 +16,10 @@ restarted query skips a batch it already committed (exactly once), and a new che
 new query.
 The ``complete`` output mode overwrites the table in each batch.
 
-Options (names as in Delta, case-insensitive): ``partitionBy`` (comma-separated), ``mergeSchema``,
-``overwriteSchema``, ``replaceWhere``, ``partitionOverwriteMode``, ``txnAppId`` + ``txnVersion``,
-``userMetadata``, ``maxRecordsPerFile``, and ``delta.*`` table properties for a new table. Session
+Options (names as in Delta, case-insensitive): ``partitionBy`` and ``clusterBy``
+(comma-separated), ``mergeSchema``, ``overwriteSchema``, ``replaceWhere``,
+``partitionOverwriteMode``, ``txnAppId`` + ``txnVersion``, ``userMetadata``,
+``maxRecordsPerFile``, and ``delta.*`` table properties for a new table. Session
 settings used: storage settings, ``spark.sql.sources.partitionOverwriteMode``,
 ``spark.sql.files.maxRecordsPerFile`` and ``spark.databricks.delta.commitInfo.userMetadata``.
 """
@@ -102,6 +103,7 @@ def write_options(
     return WriteOptions(
         mode="overwrite" if overwrite else "append",
         partition_by=column_list(given.get("partitionby"), "partitionBy", error=error),
+        cluster_by=column_list(given.get("clusterby"), "clusterBy", error=error),
         merge_schema=bool_option(given, "mergeschema", "mergeSchema", error=error),
         overwrite_schema=bool_option(given, "overwriteschema", "overwriteSchema", error=error),
         replace_where=given.get("replacewhere"),

@@ -153,6 +153,7 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     txn_app_id: str | None = None,
     txn_version: int | None = None,
     user_metadata: str | None = None,
+    cluster_by: list[str] | None = None,
 ) -> int | None:
     """Write ``arrow_table`` to the Delta table at ``table_uri``; returns the committed version.
 
@@ -169,7 +170,8 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     (``DELTA_PATH_EXISTS``) if there is one; ``mode="ignore"`` creates it and writes nothing (returns
     ``None``) if there is one, also when a concurrent writer created it first.
 
-    The first write creates the table (protocol + metadata) with ``partition_by`` and the table
+    The first write creates the table (protocol + metadata) with ``partition_by`` or
+    ``cluster_by`` (a clustered table, Delta's ``CLUSTER BY``: OPTIMIZE clusters it) and the table
     properties ``configuration`` (e.g. ``delta.enableChangeDataFeed``). Later writes must fit the
     table's schema: missing columns are written as nulls, values are cast to the table's types,
     new columns need ``merge_schema=True``, a different schema or partitioning needs
@@ -204,6 +206,7 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
         max_records_per_file=max_rows_per_file,
         configuration=dict(configuration or {}),
         allow_implicit_casts=True,
+        cluster_by=tuple(cluster_by) if cluster_by is not None else None,
     )
     io = TableIO.for_table(table_uri, conf)
     snapshot = latest_snapshot(io)

@@ -73,6 +73,7 @@ def stage_write(txn: Transaction, plan: WritePlan, written: Sequence[WrittenFile
         txn.add_actions([plan.protocol])
     if plan.commit_metadata:
         txn.add_actions([plan.metadata])
+    txn.add_actions(plan.domains)
     options = plan.options
     if options.txn_app_id is not None and options.txn_version is not None:
         txn.app_transaction_version(options.txn_app_id)

@@ -33,12 +33,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from replay.log.table_io import TableIO
-from replay.protocol.actions import Metadata, Protocol
+from replay.protocol.actions import DomainMetadata, Metadata, Protocol
+from replay.protocol.clustering_columns import (
+    clustering_column_name,
+    clustering_domain,
+    domain_columns,
+    logical_paths,
+    resolve_clustering_columns,
+)
 from replay.protocol.column_names import check_column_names
 from replay.protocol.errors import DeltaError, TableNotFoundError
+from replay.protocol.naming import split_column_path
 from replay.protocol.schema import PrimitiveType, StructType
 from replay.protocol.sql_predicate import SqlPredicate, parse_predicate
-from replay.protocol.table_config import TableConfiguration
+from replay.protocol.table_config import CLUSTERING, TableConfiguration
 from replay.protocol.table_features import metadata_features, protocol_with
 from replay.protocol.table_properties import (
     canonical_property_key,
@@ -57,6 +65,7 @@ from replay.txn.schema_merge import (
     scala_type_name,
     schema_mismatch_error,
 )
+from replay.txn.statistics import indexed_paths
 from replay.txn.write_spec import FileWriteSpec
 
 logger = logging.getLogger(__name__)
@@ -84,7 +93,8 @@ class WriteOptions:
     (``maxRecordsPerFile``, 0 or less: no limit). ``configuration``: table properties of a new
     table (for an existing table a different value is refused). ``allow_implicit_casts``: values
     of another primitive type are cast to the table's type (as SQL inserts do) instead of failing
-    the schema check.
+    the schema check. ``cluster_by`` (``clusterBy``): the clustering columns of a new, clustered
+    table (Delta's ``CLUSTER BY``); for an existing table they must be its own.
     """
 
     mode: str = "append"
@@ -99,6 +109,7 @@ class WriteOptions:
     max_records_per_file: int | None = None
     configuration: Mapping[str, str] = field(default_factory=dict)
     allow_implicit_casts: bool = False
+    cluster_by: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in WRITE_MODES:
@@ -237,6 +248,8 @@ class WritePlan:
     """The version the write's application id had committed when the write read the table."""
     txn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     """The ``txnId`` its commit carries: whoever holds the plan can tell whether it committed."""
+    domains: tuple[DomainMetadata, ...] = ()
+    """Domain metadata the commit sets (a new clustered table's ``delta.clustering``)."""
 
     @property
     def partition_columns(self) -> list[str]:
@@ -280,12 +293,16 @@ def plan_write(
     """
     table = io.table_path
     check_duplicate_columns(data_schema)
+    domains: tuple[DomainMetadata, ...] = ()
     if snapshot is None:
         protocol, metadata = _new_table(data_schema, options, table)
+        if options.cluster_by is not None:
+            protocol, domains = _clustered(protocol, metadata, options.cluster_by, table)
         read_version, commit_protocol, commit_metadata, committed = -1, True, True, None
     else:
         snapshot.config.check_writable()
         _check_property_options(snapshot, options, table)
+        _check_clustering_option(snapshot, options, table)
         protocol, metadata, commit_metadata = _existing_table(snapshot, data_schema, options, table)
         protocol = protocol_for_schema(protocol, metadata.schema_string or "")
         commit_protocol = protocol != snapshot.protocol
@@ -306,8 +323,45 @@ def plan_write(
         replace_where=replace_where.text if replace_where is not None else None,
     )
     return WritePlan(
-        table, options, read_version, protocol, metadata, commit_protocol, commit_metadata, spec, committed
+        table,
+        options,
+        read_version,
+        protocol,
+        metadata,
+        commit_protocol,
+        commit_metadata,
+        spec,
+        committed,
+        domains=domains,
     )
+
+
+def _clustered(
+    protocol: Protocol, metadata: Metadata, columns: Sequence[str], table: str
+) -> tuple[Protocol, tuple[DomainMetadata, ...]]:
+    """A new table's protocol and domains clustered by ``columns``, checked as Delta checks them."""
+    config = TableConfiguration(protocol, metadata, table)
+    covered = indexed_paths(metadata.arrow_schema, config.num_indexed_cols, config.stats_columns)
+    paths = resolve_clustering_columns(
+        metadata.schema, columns, partition_columns=metadata.partition_columns, covered=covered, table=table
+    )
+    domain = clustering_domain(metadata.schema, paths, config.column_mapping_mode != "none")
+    return protocol_with(protocol, ["domainMetadata", CLUSTERING]), (domain,)
+
+
+def _check_clustering_option(snapshot: Snapshot, options: WriteOptions, table: str) -> None:
+    """A write's ``cluster_by`` to an existing table must name its clustering columns."""
+    if options.cluster_by is None:
+        return
+    mapped = snapshot.config.column_mapping_mode != "none"
+    current = logical_paths(snapshot.schema, domain_columns(snapshot.domain_metadata), mapped, table)
+    given = [tuple(part.lower() for part in split_column_path(c) or (c,)) for c in options.cluster_by]
+    if given != [tuple(part.lower() for part in path) for path in current]:
+        raise InvalidWriteOptionError(
+            "[DELTA_CLUSTERING_COLUMNS_MISMATCH] The provided clustering columns do not match the existing "
+            f"table's (table {table}): provided {list(options.cluster_by)}, existing "
+            f"{[clustering_column_name(path) for path in current]}; ALTER TABLE ... CLUSTER BY changes them"
+        )
 
 
 def file_write_spec(
