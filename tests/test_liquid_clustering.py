@@ -36,6 +36,7 @@ from replay.protocol.actions import AddFile, DomainMetadata, Protocol
 from replay.protocol.clustering_columns import ClusteringColumnError
 from replay.spark import DeltaTable as SparkTable
 from replay.spark import sql
+from replay.spark.table_info import clustering_columns
 from replay.txn.write_plan import InvalidWriteOptionError
 from tests.dml_cases import our_rows, row_lineage, rust_rows
 
@@ -211,6 +212,7 @@ def test_alter_cluster_by_makes_a_table_clustered_and_checks_like_delta(tmp_path
     DeltaTable(mapped).alter.cluster_by(["v"])
     domain = orjson.loads(DeltaTable(mapped).snapshot.domain_metadata["delta.clustering"].configuration)
     assert domain["clusteringColumns"][0][0].startswith("col-")  # the physical name
+    assert clustering_columns(DeltaTable(mapped).snapshot) == ["v"]  # DESCRIBE DETAIL: the logical name
     DeltaTable(mapped).optimize.compact(full=True)
     assert DeltaTable(mapped).history(1)[0]["operationParameters"]["clusterBy"] == '["v"]'
     partitioned = str(tmp_path / "p")
@@ -252,6 +254,7 @@ def test_spark_clusters_on_the_executors_and_takes_full(spark: Any, tmp_path: Pa
     assert metrics["numFilesRemoved"] == 3
     assert len(cubes(uri)) == 1 and "" not in cubes(uri)
     assert DeltaTable(uri).history(1)[0]["operationParameters"]["clusterBy"] == '["v","id"]'
+    assert table.detail().collect()[0]["clusteringColumns"] == ["v", "id"]
     before = set(cubes(uri))
     sql(spark, f"OPTIMIZE delta.`{uri}` FULL")
     assert len(cubes(uri)) == 1 and set(cubes(uri)) != before

@@ -18,9 +18,8 @@ from replay.log.table_io import TableIO
 from replay.protocol.clustering_columns import (
     ClusteringColumnError,
     clustering_column_name,
+    clustering_column_names,
     clustering_domain,
-    domain_columns,
-    logical_paths,
     resolve_clustering_columns,
 )
 from replay.protocol.table_config import CLUSTERING
@@ -62,13 +61,8 @@ def cluster_by(io: TableIO, snapshot: Snapshot, columns: Sequence[str] | None) -
 
 
 def _current_names(snapshot: Snapshot) -> list[str]:
-    """The table's clustering columns now, as Delta names them (physical paths for columns the
-    schema no longer has)."""
+    """The table's clustering columns now, as Delta names them."""
     if not snapshot.protocol.has_writer_feature(CLUSTERING):
         return []
-    physical = domain_columns(snapshot.domain_metadata)
     mapped = snapshot.config.column_mapping_mode != "none"
-    try:
-        return [clustering_column_name(p) for p in logical_paths(snapshot.schema, physical, mapped, "")]
-    except ClusteringColumnError:
-        return [clustering_column_name(path) for path in physical]
+    return clustering_column_names(snapshot.schema, snapshot.domain_metadata, mapped)

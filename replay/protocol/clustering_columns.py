@@ -70,6 +70,19 @@ def logical_paths(
     return paths
 
 
+def clustering_column_names(
+    schema: StructType, domains: Mapping[str, DomainMetadata], mapped: bool
+) -> list[str]:
+    """A table's clustering columns as Delta names them (DESCRIBE DETAIL, CLUSTER BY's parameters):
+    logical paths, dotted; the domain's physical paths when a column is no longer in ``schema``."""
+    physical = domain_columns(domains)
+    try:
+        paths = logical_paths(schema, physical, mapped, "")
+    except ClusteringColumnError:
+        return [clustering_column_name(path) for path in physical]
+    return [clustering_column_name(path) for path in paths]
+
+
 def clustering_domain(schema: StructType, paths: Sequence[Sequence[str]], mapped: bool) -> DomainMetadata:
     """The ``delta.clustering`` domain naming ``paths`` (logical paths of ``schema``)."""
     physical = []

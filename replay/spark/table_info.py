@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pyarrow.compute as pc
 
-from replay.protocol.clustering_columns import domain_columns
+from replay.protocol.clustering_columns import clustering_column_names
 from replay.protocol.table_features import supported_features
 from replay.state.snapshot import Snapshot
 
@@ -95,8 +95,9 @@ def history_rows(entries: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 def clustering_columns(snapshot: Snapshot) -> list[str]:
-    """The clustering columns of a clustered table (its ``delta.clustering`` domain), dotted."""
-    return [".".join(path) for path in domain_columns(snapshot.domain_metadata)]
+    """The clustering columns of a clustered table as Delta's DESCRIBE DETAIL names them."""
+    mapped = snapshot.config.column_mapping_mode != "none"
+    return clustering_column_names(snapshot.schema, snapshot.domain_metadata, mapped)
 
 
 def detail_row(snapshot: Snapshot, location: str) -> tuple[Any, ...]:
