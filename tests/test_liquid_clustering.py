@@ -177,6 +177,8 @@ def test_alter_cluster_by_makes_a_table_clustered_and_checks_like_delta(tmp_path
         }
     )
     write_table(uri, rows, max_rows_per_file=10, configuration={"delta.dataSkippingNumIndexedCols": "4"})
+    plain = str(tmp_path / "plain")
+    write_table(plain, rows.select(["id"]))
     table = DeltaTable(uri)
     version = table.version()
     refusals = {
@@ -202,6 +204,14 @@ def test_alter_cluster_by_makes_a_table_clustered_and_checks_like_delta(tmp_path
     DeltaTable(uri).optimize.compact()
     assert {(a.tags or {})[ZCUBE_COLUMNS_TAG] for a in DeltaTable(uri).snapshot.files()} == {'["v","s.a"]'}
     DeltaTable(uri).alter.cluster_by(None)  # CLUSTER BY NONE: OPTIMIZE compacts again
+    for attempt in (
+        lambda: DeltaTable(uri).optimize.compact(full=True),
+        lambda: DeltaTable(plain).optimize.compact(full=True),
+    ):
+        with pytest.raises(ClusteringError, match=r"^\[DELTA_OPTIMIZE_FULL_NOT_SUPPORTED\]"):
+            attempt()
+    with pytest.raises(ClusteringError, match="DELTA_CLUSTERING_WITH_ZORDER_BY"):  # clustered, no columns
+        DeltaTable(uri).optimize.z_order(["id"])
     append(uri, range(30, 40))
     assert DeltaTable(uri).optimize.compact()["numFilesRemoved"] == 2  # compacted, not clustered
     assert [a.clustering_provider for a in DeltaTable(uri).snapshot.files()] == [None]
@@ -260,6 +270,8 @@ def test_spark_clusters_on_the_executors_and_takes_full(spark: Any, tmp_path: Pa
     assert len(cubes(uri)) == 1 and set(cubes(uri)) != before
     with pytest.raises(ClusteringError, match="DELTA_CLUSTERING_WITH_ZORDER_BY"):
         sql(spark, f"OPTIMIZE delta.`{uri}` ZORDER BY (id)")
+    with pytest.raises(ClusteringError, match=r"DELTA_CLUSTERING_WITH_PARTITION_PREDICATE.*id > 3"):
+        table.optimize().where("id > 3").executeCompaction()
     assert sorted(r["id"] for r in rust_rows(uri)) == list(range(120))
     created = str(tmp_path / "created")  # the Spark writer's clusterBy option
     rows = spark.createDataFrame(rust_rows(uri))

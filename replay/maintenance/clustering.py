@@ -50,7 +50,9 @@ from replay.protocol.clustering_columns import (
     domain_columns,
     logical_paths,
 )
+from replay.protocol.table_config import CLUSTERING
 from replay.protocol.table_properties import parse_byte_size
+from replay.state.scan import Filter
 from replay.state.snapshot import Snapshot
 from replay.txn.write_spec import FileWriteSpec
 
@@ -90,6 +92,27 @@ def clustering_paths(snapshot: Snapshot) -> list[tuple[str, ...]]:
     mapped = snapshot.config.column_mapping_mode != "none"
     physical = domain_columns(snapshot.domain_metadata)
     return logical_paths(snapshot.schema, physical, mapped, snapshot.io.shown_path)
+
+
+def clustered_optimize(
+    snapshot: Snapshot, zorder_columns: Sequence[str], partition_filters: Filter | str | None, *, full: bool
+) -> list[tuple[str, ...]]:
+    """The clustering columns an OPTIMIZE of ``snapshot``'s table clusters by (none: it compacts),
+    after Delta's checks: on a clustered table no ``ZORDER BY`` and no partition filter, and
+    ``FULL`` only on a clustered table with clustering columns
+    (``DELTA_OPTIMIZE_FULL_NOT_SUPPORTED``)."""
+    clustered = snapshot.protocol.has_writer_feature(CLUSTERING)
+    if clustered and zorder_columns:
+        raise zorder_error(zorder_columns)
+    if clustered and partition_filters is not None:
+        raise partition_predicate_error(str(partition_filters))
+    paths = clustering_paths(snapshot) if clustered else []
+    if full and not paths:
+        raise ClusteringError(
+            "[DELTA_OPTIMIZE_FULL_NOT_SUPPORTED] OPTIMIZE FULL is only supported for clustered tables "
+            f"with non-empty clustering columns (table {snapshot.io.shown_path})."
+        )
+    return paths
 
 
 # -- which files, in which ZCubes --------------------------------------------------------------

@@ -37,13 +37,7 @@ import pyarrow as pa
 
 from replay.log.concurrency import Work, default_threads, executor, gc_paused
 from replay.log.table_io import TableIO
-from replay.maintenance.clustering import (
-    ClusteringRewriter,
-    clustering_paths,
-    clustering_run,
-    partition_predicate_error,
-    zorder_error,
-)
+from replay.maintenance.clustering import ClusteringRewriter, clustered_optimize, clustering_run
 from replay.maintenance.optimize_metrics import OptimizeMetrics, operation_metrics, predicate_sql
 from replay.maintenance.optimize_plan import (
     Bin,
@@ -71,7 +65,6 @@ from replay.protocol.predicates import (
     has_opaque,
 )
 from replay.protocol.sql_predicate import parse_predicate
-from replay.protocol.table_config import CLUSTERING
 from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
@@ -184,13 +177,8 @@ def plan_optimize(
     """
     check_rewritable(snapshot)
     io = snapshot.io
-    clustered = snapshot.protocol.has_writer_feature(CLUSTERING)
-    paths = clustering_paths(snapshot) if clustered else []
-    if paths and mode in (OptimizeMode.COMPACT, OptimizeMode.ZORDER, OptimizeMode.CLUSTER):
-        if zorder_columns:
-            raise zorder_error(zorder_columns)
-        if partition_filters is not None:
-            raise partition_predicate_error(str(partition_filters))
+    paths = clustered_optimize(snapshot, zorder_columns, partition_filters, full=full)
+    if paths and mode in (OptimizeMode.COMPACT, OptimizeMode.CLUSTER):
         plan, clusterer, recorded = clustering_run(snapshot, paths, target_size, limits, full=full)
         return OptimizeJob(plan, clusterer, OPTIMIZE_OPERATION, recorded)
     predicate, texts = partition_predicate(partition_filters, snapshot)

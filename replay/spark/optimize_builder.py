@@ -25,6 +25,7 @@ from replay.maintenance.optimize_plan import OptimizeMode
 from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import And, Compare, Predicate
 from replay.protocol.sql_predicate import parse_predicate
+from replay.protocol.table_config import CLUSTERING
 from replay.spark.dml_scan import SparkTarget
 from replay.spark.optimize_jobs import optimize_on_spark
 
@@ -148,7 +149,11 @@ def run_optimize(
     rewritten on the executors; returns Delta's OPTIMIZE result DataFrame. ``full``: recluster
     every file of a clustered table."""
     snapshot = DeltaLog.for_table(target.path, target.conf()).update()
-    filters = partition_filters(conditions, snapshot.partition_columns, target.path)
+    filters: DnfFilter | str | None
+    if conditions and snapshot.protocol.has_writer_feature(CLUSTERING):
+        filters = " AND ".join(conditions)  # refused as a clustered table's OPTIMIZE refuses a WHERE
+    else:
+        filters = partition_filters(conditions, snapshot.partition_columns, target.path)
     job = plan_optimize(snapshot, mode, partition_filters=filters, zorder_columns=list(columns), full=full)
     metrics = optimize_on_spark(target.spark, snapshot, job)
     return target.spark.createDataFrame([(target.path, optimize_metrics(metrics))], OPTIMIZE_SCHEMA)
