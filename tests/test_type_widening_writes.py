@@ -157,6 +157,37 @@ def test_writes_and_alter_widen_columns_and_record_the_changes(tmp_path: Path) -
         DeltaTable(plain).alter.change_column_type("n", "bigint")
 
 
+def test_a_merge_with_schema_evolution_widens_what_its_star_clauses_assign(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    target = pa.table(
+        {"id": pa.array([1, 2], pa.int32()), "n": pa.array([10, 20], pa.int16()), "keep": [1, 2]}
+    )
+    write_table(
+        uri, target, configuration={"delta.enableTypeWidening": "true", "delta.enableRowTracking": "true"}
+    )
+    source = pa.table({"id": pa.array([2, 3], pa.int64()), "n": pa.array([70_000, 30], pa.int32())})
+    version = DeltaTable(uri).version()
+    with pytest.raises(ValueError, match="n"):  # without schema evolution: cast to the table's short
+        DeltaTable(uri).merge(source, "t.id = s.id", "s", "t").when_matched_update_all().execute()
+    assert DeltaTable(uri).version() == version
+    merged = DeltaTable(uri).merge(source, "t.id = s.id", "s", "t", merge_schema=True)
+    merged.when_matched_update_all().when_not_matched_insert_all().execute()
+    changes = type_changes(uri)
+    assert changes["n"] == [{"toType": "integer", "fromType": "short"}]
+    assert changes["id"] == [{"toType": "long", "fromType": "integer"}]
+    rows = sorted(DeltaTable(uri).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    assert rows == [
+        {"id": 1, "n": 10, "keep": 1},
+        {"id": 2, "n": 70_000, "keep": 2},
+        {"id": 3, "n": 30, "keep": None},
+    ]
+    explicit = DeltaTable(uri).merge(
+        pa.table({"id": [1], "n": [5]}), "t.id = s.id", "s", "t", merge_schema=True
+    )
+    explicit.when_matched_update({"keep": "s.n"}).execute()  # no star clause: no widening, keep stays long
+    assert DeltaTable(uri).snapshot.schema.field("keep").type.name == "long"
+
+
 # -- the rule, as a property ---------------------------------------------------------------------
 _ORDERED = ["byte", "short", "integer", "long"]
 _PRIMITIVES = [*_ORDERED, "float", "double", "date", "timestamp_ntz", "timestamp", "string", "boolean"]

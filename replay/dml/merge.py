@@ -54,6 +54,7 @@ from replay.protocol.column_names import check_column_names
 from replay.protocol.predicates import TRUE, And, Or, Predicate
 from replay.protocol.schema import StructType
 from replay.protocol.table_config import TableConfiguration
+from replay.protocol.type_widening import with_type_changes
 from replay.state.snapshot import Snapshot
 from replay.txn.write import ArrowData, arrow_stream, delta_schema
 from replay.txn.write_plan import protocol_for_schema
@@ -340,7 +341,14 @@ def bind_merge(
     aliases = Aliases(target_alias, source_alias)
     now = _dt.datetime.now(_dt.UTC)
     clauses, final_schema = resolve_clauses(
-        specs, snapshot.schema, source.schema, aliases, evolve=merge_schema, table=table_path, now=now
+        specs,
+        snapshot.schema,
+        source.schema,
+        aliases,
+        evolve=merge_schema,
+        table=table_path,
+        now=now,
+        widen=snapshot.config.type_widening_enabled,
     )
     metadata_actions, after = _evolution(snapshot, final_schema)
     removes_rows = any(spec.kind != NOT_MATCHED for spec in specs)
@@ -435,6 +443,8 @@ def _evolution(snapshot: Snapshot, schema: StructType) -> tuple[list[Action], Ta
     """The metadata (and protocol) actions of an evolved schema, and the configuration after them."""
     if schema == snapshot.schema:
         return [], None
+    if snapshot.config.type_widening_enabled:  # every type change recorded (delta.typeChanges)
+        schema = with_type_changes(snapshot.schema, schema)
     metadata = snapshot.metadata.with_schema(schema)
     check_column_names(metadata, snapshot.io.shown_path)
     protocol = protocol_for_schema(snapshot.protocol, metadata.schema_string or "")

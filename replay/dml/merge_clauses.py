@@ -29,6 +29,7 @@ from replay.dml.errors import missing_when_error, unconditional_not_last_error, 
 from replay.dml.expressions import SqlText
 from replay.protocol.constraints import GENERATION_EXPRESSION_KEY
 from replay.protocol.schema import StructType
+from replay.protocol.type_widening import widened_columns
 from replay.txn.schema_merge import as_nullable, merge_schemas
 from replay.txn.write import delta_schema
 
@@ -156,10 +157,12 @@ def resolve_clauses(
     evolve: bool,
     table: str,
     now: _dt.datetime | None = None,
+    widen: bool = False,
 ) -> tuple[list[MergeClause], StructType]:
     """Bind ``specs`` (see the module docstring); returns the clauses and the target schema after
-    the merge (the table's own unless ``evolve`` adds columns). Unknown columns, functions and
-    types fail here, naming them. ``now`` is what ``current_timestamp()`` stands for."""
+    the merge (the table's own unless ``evolve`` adds columns, or with ``widen``, a table with type
+    widening, widens the columns ``*`` clauses assign from a wider source type). Unknown columns,
+    functions and types fail here, naming them. ``now`` is what ``current_timestamp()`` stands for."""
     check_clause_order(specs, table)
     moment = now or _dt.datetime.now(_dt.UTC)
     target_arrow = target.to_arrow()
@@ -176,6 +179,15 @@ def resolve_clauses(
             if find_column(target_arrow.names, column) is None and find_column(new_columns, column) is None:
                 new_columns.append(column)
     final = evolved_schema(target, source, new_columns)
+    if evolve and widen:
+        starred = [
+            name
+            for spec in specs
+            if spec.action != "delete" and spec.updates is None
+            for name in source.names
+            if name.lower() not in {c.lower() for c in spec.except_columns}
+        ]
+        final = widened_columns(final, delta_schema(source), starred)
     final_arrow = final.to_arrow()
     scopes = {
         MATCHED: {aliases.target: target_arrow, aliases.source: source},

@@ -23,7 +23,7 @@ array or a map) that readers use to know which files hold the narrower type
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from replay.protocol.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
@@ -64,6 +64,22 @@ def is_automatic_widening(before: DataType, after: DataType) -> bool:
     old, new = before.name, after.name
     same_family = (old in _INTEGRAL and new in _INTEGRAL) or (before.is_decimal and after.is_decimal)
     return same_family or (old, new) in (("float", "double"), ("date", "timestamp_ntz"))
+
+
+def widened_columns(target: StructType, source: StructType, columns: Collection[str]) -> StructType:
+    """``target`` with each of ``columns`` (top-level names, any case) whose ``source`` type is an
+    automatic widening of its own (:func:`is_automatic_widening`) taking that type: what a MERGE
+    with schema evolution does to the columns its ``*`` clauses assign."""
+    wanted = {name.lower() for name in columns}
+    incoming = {f.name.lower(): f.type for f in source.fields}
+    fields = []
+    for column in target.fields:
+        wider = incoming.get(column.name.lower()) if column.name.lower() in wanted else None
+        if wider is not None and is_automatic_widening(column.type, wider):
+            fields.append(StructField(column.name, wider, column.nullable, column.metadata))
+        else:
+            fields.append(column)
+    return StructType(fields)
 
 
 def with_type_changes(old: StructType, new: StructType) -> StructType:
