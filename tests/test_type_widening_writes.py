@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay import DeltaTable, write_table
+from replay.cli.main import main as cli_main
 from replay.maintenance.alter_columns import ColumnChangeError
 from replay.protocol.errors import UnsupportedTableFeatureError
 from replay.protocol.schema import PrimitiveType
@@ -136,7 +137,9 @@ def test_writes_and_alter_widen_columns_and_record_the_changes(tmp_path: Path) -
     table.alter.change_column_type("n", "double")  # not by itself in a write: only by ALTER
     assert type_changes(uri)["n"] == [{"toType": "double", "fromType": "integer"}]
     assert DeltaTable(uri).history(1)[0]["operation"] == "CHANGE COLUMN"
-    DeltaTable(uri).alter.change_column_type("a", pa.int64())  # a second change adds to the record
+    assert cli_main(["alter", uri, "--column-type", "a=bigint", "--json"]) == 0  # a second change adds
+    DeltaTable(uri).alter.change_column_type("d", pa.decimal128(10, 3))  # a pyarrow type
+    assert type_changes(uri)["d"][-1] == {"toType": "decimal(10,3)", "fromType": "decimal(8,3)"}
     assert [c["toType"] for c in type_changes(uri)["a"]] == ["integer", "long"]
 
     rows = DeltaTable(uri).to_pyarrow_table().sort_by("n")

@@ -51,10 +51,11 @@ def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
     from replay.cli import output
 
     changes = (args.set, args.unset, args.add_constraint, args.drop_constraint, args.add_feature)
-    if not any(changes) and not args.rename_column and not args.drop_column and args.cluster_by is None:
+    column_changes = (args.rename_column, args.drop_column, args.column_type)
+    if not any(changes) and not any(column_changes) and args.cluster_by is None:
         args.usage_error(
             "nothing to change: give --set, --unset, --add-feature, --add-constraint, --drop-constraint, "
-            "--rename-column, --drop-column or --cluster-by"
+            "--rename-column, --drop-column, --column-type or --cluster-by"
         )
     table = DeltaTable(args.uri, conf=conf)
     alter = table.alter
@@ -73,6 +74,8 @@ def cmd_alter(args: argparse.Namespace, conf: dict[str, str]) -> int:
             alter.rename_column(column, new_name)
         if args.drop_column:
             alter.drop_columns(args.drop_column, raise_if_not_exists=not args.if_exists)
+        for column, data_type in args.column_type:
+            alter.change_column_type(column, data_type)
         if args.cluster_by is not None:
             columns = [c.strip() for c in args.cluster_by.split(",") if c.strip()]
             alter.cluster_by(None if [c.lower() for c in columns] == ["none"] else columns)
@@ -120,6 +123,14 @@ def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     alter.add_argument("--drop-constraint", action="append", default=[], metavar="NAME")
     alter.add_argument("--rename-column", action="append", type=pair, default=[], metavar="COLUMN=NEW_NAME")
     alter.add_argument("--drop-column", action="append", default=[], metavar="COLUMN")
+    alter.add_argument(
+        "--column-type",
+        action="append",
+        type=pair,
+        default=[],
+        metavar="COLUMN=TYPE",
+        help="widen a column's type, e.g. n=bigint (type widening: ALTER COLUMN ... TYPE)",
+    )
     alter.add_argument(
         "--cluster-by",
         metavar="A,B",
