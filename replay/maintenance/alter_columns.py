@@ -28,16 +28,13 @@ import pyarrow as pa
 from replay.log.table_io import TableIO
 from replay.maintenance.alter_commit import commit_alter
 from replay.protocol.errors import DeltaError
-from replay.protocol.naming import split_column_path
 from replay.protocol.schema import (
-    ArrayType,
     DataType,
-    MapType,
-    PrimitiveType,
     StructField,
     StructType,
     parse_data_type,
 )
+from replay.protocol.schema_evolution import resolve_path, type_name
 from replay.protocol.sql.datatypes import type_from_name
 from replay.protocol.type_widening import is_widening, with_type_changes
 from replay.state.snapshot import Snapshot
@@ -63,19 +60,6 @@ def to_struct_field(value: Any) -> StructField:
     parsed = parse_data_type({"type": "struct", "fields": [data]})
     assert isinstance(parsed, StructType)
     return parsed.fields[0]
-
-
-def type_name(data_type: DataType) -> str:
-    """Spark's ``typeName`` of a type, as Delta records columns in operation parameters."""
-    if isinstance(data_type, PrimitiveType):
-        return data_type.name
-    if isinstance(data_type, StructType):
-        return "struct"
-    if isinstance(data_type, ArrayType):
-        return "array"
-    if isinstance(data_type, MapType):
-        return "map"
-    return str(data_type)
 
 
 def column_parameter(path: Sequence[str], column: StructField) -> dict[str, Any]:
@@ -223,19 +207,13 @@ def _data_type(value: Any, table: str) -> DataType:
 def resolve_column(schema: StructType, column: str, table: str) -> list[str]:
     """``column`` (``a``, ``s.f``, parts backquoted where needed) as a path in the schema's
     spelling, matched case-insensitively; Delta's ``DELTA_COLUMN_NOT_FOUND`` if absent."""
-    parts = split_column_path(column) or (column,)
-    struct: StructType | None = schema
-    path: list[str] = []
-    for part in parts:
-        match = next((f for f in struct.fields if f.name.lower() == part.lower()), None) if struct else None
-        if match is None:
-            raise ColumnChangeError(
-                f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{column}` given "
-                f"[{', '.join(schema.field_names)}] (table {table})",
-                table=table,
-            )
-        path.append(match.name)
-        struct = match.type if isinstance(match.type, StructType) else None
+    path = resolve_path(schema, column)
+    if path is None:
+        raise ColumnChangeError(
+            f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{column}` given "
+            f"[{', '.join(schema.field_names)}] (table {table})",
+            table=table,
+        )
     return path
 
 

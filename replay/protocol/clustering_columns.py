@@ -18,8 +18,8 @@ import orjson
 from replay.protocol.actions import DomainMetadata
 from replay.protocol.column_mapping import stored_name
 from replay.protocol.errors import DeltaError
-from replay.protocol.naming import split_column_path
-from replay.protocol.schema import PrimitiveType, StructField, StructType
+from replay.protocol.schema import PrimitiveType, StructType
+from replay.protocol.schema_evolution import explode, fields_along, resolve_path, type_name
 from replay.protocol.sql.syntax import quote_if_needed
 
 CLUSTERING_DOMAIN = "delta.clustering"
@@ -53,20 +53,16 @@ def logical_paths(
 ) -> list[tuple[str, ...]]:
     """``physical`` paths (the domain's) as logical paths of ``schema``; raises
     :class:`ClusteringColumnError` naming a column the schema does not have."""
+    fields = dict(explode(schema, physical=mapped))
     paths = []
     for path in physical:
-        names: list[str] = []
-        fields = schema.fields
-        for part in path:
-            found = next((f for f in fields if stored_name(f, mapped) == part), None)
-            if found is None:
-                raise ClusteringColumnError(
-                    f"Cannot cluster table {table}: its clustering column {clustering_column_name(path)} "
-                    "is not a column of its schema"
-                )
-            names.append(found.name)
-            fields = found.type.fields if isinstance(found.type, StructType) else []
-        paths.append(tuple(names))
+        along = [fields.get(tuple(path[:depth])) for depth in range(1, len(path) + 1)]
+        if not along or any(found is None for found in along):
+            raise ClusteringColumnError(
+                f"Cannot cluster table {table}: its clustering column {clustering_column_name(path)} "
+                "is not a column of its schema"
+            )
+        paths.append(tuple(found.name for found in along if found is not None))
     return paths
 
 
@@ -85,15 +81,7 @@ def clustering_column_names(
 
 def clustering_domain(schema: StructType, paths: Sequence[Sequence[str]], mapped: bool) -> DomainMetadata:
     """The ``delta.clustering`` domain naming ``paths`` (logical paths of ``schema``)."""
-    physical = []
-    for path in paths:
-        names = []
-        fields = schema.fields
-        for name in path:
-            found = next(f for f in fields if f.name == name)
-            names.append(stored_name(found, mapped))
-            fields = found.type.fields if isinstance(found.type, StructType) else []
-        physical.append(names)
+    physical = [[stored_name(f, mapped) for f in fields_along(schema, path)] for path in paths]
     return DomainMetadata(CLUSTERING_DOMAIN, orjson.dumps({"clusteringColumns": physical}).decode())
 
 
@@ -119,13 +107,20 @@ def resolve_clustering_columns(
             f"clustering columns, but the table has {len(columns)} clustering columns. Please remove the "
             f"extra clustering columns (table {table})."
         )
-    paths = [_resolve(schema, column, table) for column in columns]
+    paths = []
+    for column in columns:
+        resolved = resolve_path(schema, column)
+        if resolved is None:
+            raise ClusteringColumnError(
+                f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{column}` given "
+                f"[{', '.join(schema.field_names)}] (table {table})"
+            )
+        paths.append(tuple(resolved))
     unsupported = []
     for path in paths:
-        data_type = _leaf(schema, path).type
+        data_type = fields_along(schema, path)[-1].type
         if not isinstance(data_type, PrimitiveType) or data_type.name in UNORDERED_TYPES:
-            shown = data_type.name if isinstance(data_type, PrimitiveType) else type(data_type).__name__
-            unsupported.append(f"{clustering_column_name(path)} : {shown}")
+            unsupported.append(f"{clustering_column_name(path)} : {type_name(data_type)}")
     if unsupported:
         raise ClusteringColumnError(
             "[DELTA_CLUSTERING_COLUMNS_DATATYPE_NOT_SUPPORTED] CLUSTER BY is not supported because the "
@@ -142,29 +137,3 @@ def resolve_clustering_columns(
             "those delta.dataSkippingStatsColumns names)."
         )
     return paths
-
-
-def _resolve(schema: StructType, column: str, table: str) -> tuple[str, ...]:
-    parts = split_column_path(column) or (column,)
-    fields = schema.fields
-    path: list[str] = []
-    for part in parts:
-        found = next((f for f in fields if f.name.lower() == part.lower()), None)
-        if found is None:
-            raise ClusteringColumnError(
-                f"[DELTA_COLUMN_NOT_FOUND] Unable to find the column `{column}` given "
-                f"[{', '.join(schema.field_names)}] (table {table})"
-            )
-        path.append(found.name)
-        fields = found.type.fields if isinstance(found.type, StructType) else []
-    return tuple(path)
-
-
-def _leaf(schema: StructType, path: Sequence[str]) -> StructField:
-    fields = schema.fields
-    found: StructField | None = None
-    for name in path:
-        found = next(f for f in fields if f.name == name)
-        fields = found.type.fields if isinstance(found.type, StructType) else []
-    assert found is not None
-    return found

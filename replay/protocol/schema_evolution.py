@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from replay.protocol.actions import Metadata
+from replay.protocol.naming import split_column_path
 from replay.protocol.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
 from replay.protocol.type_widening import is_widening
 
@@ -247,6 +248,31 @@ def type_name(data_type: DataType) -> str:
         precision, scale = data_type.precision_scale
         return f"decimal({precision},{scale})"
     return data_type.name
+
+
+def resolve_path(schema: StructType, column: str) -> list[str] | None:
+    """``column`` (``a``, ``s.f``, parts backquoted where needed) as a path in the schema's
+    spelling, matched case-insensitively as Delta matches names; ``None`` when absent."""
+    fields = schema.fields
+    path: list[str] = []
+    for part in split_column_path(column) or (column,):
+        found = next((f for f in fields if f.name.lower() == part.lower()), None)
+        if found is None:
+            return None
+        path.append(found.name)
+        fields = found.type.fields if isinstance(found.type, StructType) else []
+    return path
+
+
+def fields_along(schema: StructType, path: Sequence[str]) -> list[StructField]:
+    """The fields a resolved ``path`` (exact names) goes through, outermost first."""
+    fields = schema.fields
+    along = []
+    for name in path:
+        found = next(f for f in fields if f.name == name)
+        along.append(found)
+        fields = found.type.fields if isinstance(found.type, StructType) else []
+    return along
 
 
 def tree_string(schema: StructType) -> str:
