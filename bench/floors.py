@@ -5,7 +5,7 @@ pyarrow's Parquet reader and writer, measured beside ours and delta-rs's.
   file of a table is read whole (string columns it stores dictionary-encoded as dictionaries, as
   our DML reads them), the rows changed with ``pyarrow.compute`` and written to a new file;
 * :func:`compact_partitions` is a compaction without a log: the files of each partition directory
-  are read one after the other and written as one file.
+  are read one after the other, their rows made one contiguous table and written as one file.
 
 Files are written as this library writes them (Snappy, Parquet statistics, the same choice of
 dictionary-encoded columns and of rows encoded per step), one file per thread at a time, a thread
@@ -91,7 +91,9 @@ def compact_partitions(table: str) -> dict[str, int]:
     partitions = sorted(p for p in Path(table).iterdir() if p.is_dir() and "=" in p.name)
 
     def compact(partition: Path) -> int:
-        rows = pa.concat_tables(_read(path, whole=True) for path in sorted(partition.glob("*.parquet")))
+        files = sorted(partition.glob("*.parquet"))
+        # one contiguous table: the writer and statistics pay per chunk, and these are small
+        rows = pa.concat_tables(_read(path, whole=True) for path in files).combine_chunks()
         _write(rows, partition / "floor-compacted.parquet")
         return 1
 

@@ -547,6 +547,9 @@ def test_a_bin_reads_its_files_in_order_inline_or_ahead(
     assert [{k: v for k, v in row.items() if k != "p"} for row in got] == expected
     assert len(got) == 162 and all(row["id"] % 5 for row in got if row["id"] < 900)
     assert all(len({row["p"] for row in batch.to_pylist()}) == 1 for batch in batches)
+    # each batch reaches the writer in one chunk per column, however many files it gathers
+    assert all(column.num_chunks == 1 for batch in batches for column in batch.columns)
+    assert any(len({row["id"] // 100 for row in batch.to_pylist()}) > 1 for batch in batches)
 
 
 def test_a_local_run_with_a_bin_per_thread_reads_inline(
@@ -605,3 +608,32 @@ def test_bins_and_rewriters_travel_to_other_processes(tmp_path: Path) -> None:
         rewritten = list(tasks.map(job.rewriter.rewrite, job.plan.bins))
     assert commit_rewritten(snapshot.io, snapshot, job, rewritten) == 6
     assert rows(path) == expected and files_per_partition(path) == {"0": 1, "1": 1}
+
+
+def test_files_written_by_other_writers_keep_only_the_tables_columns_in_its_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose Parquet schema orders the columns its own way and keeps one the table does
+    not have (another writer's file) is compacted to the table's columns, in the table's order,
+    read as it is (not column by column through the table reader)."""
+    from replay.data.reader import TableReader
+
+    path = tmp_path / "t"
+    write_table(str(path), pa.table({"id": [1, 2], "text": ["a", "b"]}))
+    pq.write_table(pa.table({"text": ["c", "d"], "junk": [9.5, 9.5], "id": [3, 4]}), path / "other.parquet")
+    snapshot = DeltaLog.for_table(str(path)).update()
+    txn = Transaction(snapshot.io, snapshot, operation="WRITE")
+    size = (path / "other.parquet").stat().st_size
+    txn.add_actions([AddFile(path="other.parquet", size=size, modification_time=1)])
+    txn.commit()
+    with monkeypatch.context() as patch:
+        patch.setattr(TableReader, "read_file", lambda *_: pytest.fail("read through the table reader"))
+        metrics = DeltaTable(str(path)).optimize.compact()
+    assert (metrics["numFilesAdded"], metrics["numFilesRemoved"]) == (1, 2)
+    (live,) = DeltaLog.for_table(str(path)).update().files()
+    assert pq.read_schema(path / live.path).names == ["id", "text"]
+    expected = [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    ours = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    theirs = deltalake.DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    assert sorted((row["id"], row["text"]) for row in ours) == expected
+    assert sorted((row["id"], row["text"]) for row in theirs) == expected

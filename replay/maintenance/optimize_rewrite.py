@@ -10,7 +10,8 @@ Spark front end can run :meth:`BinRewriter.rewrite` in tasks and commit on the d
 A compaction bin becomes one file. Its rows are streamed: the files are read in insertion order,
 :data:`READ_AHEAD` of them ahead on the data pool (or one after the other in the bin's own
 thread, which is what a local run with a bin for every thread does), deletion vectors applied,
-and handed to the Parquet writer about :data:`BATCH_ROWS` rows at a time; the writer buffers at
+and handed to the Parquet writer about :data:`BATCH_ROWS` rows at a time, as one contiguous table
+(the writer and the statistics pay per chunk, and small files make many); the writer buffers at
 most one row group. A bin whose rows are all deleted writes no file.
 """
 
@@ -146,11 +147,20 @@ class _FileReads:
         else:
             source = pa.OSFile(path)
         with source:
-            raw = pq.ParquetFile(source, pre_buffer=False).read(columns=self.data_names, use_threads=False)
+            # the reader ParquetFile wraps, without the wrapper's index of nested column paths
+            # (built in Python, holding the GIL, for each of the thousands of small files a
+            # compaction opens) that reading every column needs no index of
+            parquet = pq.ParquetReader()
+            parquet.open(source, pre_buffer=False)
+            raw = parquet.read_all(use_threads=False)
         if raw.schema.equals(self.data_schema):  # names, types and nullability; metadata aside
             return raw
-        if raw.schema.names != self.data_names or raw.schema.types != self.data_types:
-            return None  # a column missing, renamed or of another type: the reader's way
+        if raw.schema.names != self.data_names:
+            if not set(self.data_names) <= set(raw.schema.names):
+                return None  # a column missing or renamed: the reader's way
+            raw = raw.select(self.data_names)
+        if raw.schema.types != self.data_types:
+            return None  # a column of another type: the reader's way
         return pa.Table.from_arrays(raw.columns, schema=self.data_schema)
 
     def with_partition_columns(self, data: pa.Table, values: Mapping[str, str | None]) -> pa.Table:
@@ -188,14 +198,25 @@ def read_in_order(
     for file, table in pairs:
         partition = file.partition_values or {}
         if pending and (count >= batch_rows or partition != values):
-            yield reads.with_partition_columns(pa.concat_tables(pending), values)
+            yield reads.with_partition_columns(_contiguous(pending), values)
             pending, count = [], 0
         values = partition
         if table.num_rows:
             pending.append(table)
             count += table.num_rows
     if pending:
-        yield reads.with_partition_columns(pa.concat_tables(pending), values)
+        yield reads.with_partition_columns(_contiguous(pending), values)
+
+
+def _contiguous(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` as one table, each column in one chunk where its values fit in one."""
+    table = pa.concat_tables(tables)
+    if all(column.num_chunks <= 1 for column in table.columns):
+        return table
+    try:
+        return table.combine_chunks()
+    except pa.ArrowInvalid:  # strings or lists past the 2 GiB offsets of one chunk: left as they are
+        return table
 
 
 def removes_of(files: Sequence[AddFile], deletion_timestamp: int) -> tuple[RemoveFile, ...]:
