@@ -145,3 +145,26 @@ def test_the_hook_is_registered_whatever_module_a_process_imports(tmp_path: Path
         [sys.executable, "-c", script, path, f"{key}={value}"], check=True, cwd=REPO_ROOT, timeout=120
     )
     assert operations(path)[-2:] == ["WRITE", "OPTIMIZE"]
+
+
+def test_a_clustered_table_is_clustered_by_its_auto_compaction(tmp_path: Path) -> None:
+    """As Delta's: the small files of a clustered table trigger it, and it rewrites them along
+    the clustering columns into one ZCube, recorded as an auto OPTIMIZE with the columns."""
+    path = str(tmp_path / "t")
+    ids = [[7, 3, 9, 1], [8, 2, 6, 0], [5, 11, 4, 10]]
+    for index, batch in enumerate(ids):
+        rows = pa.table({"id": pa.array(batch, pa.int64()), "v": [f"v{i}" for i in batch]})
+        options: dict[str, object] = {"cluster_by": ["id"], "configuration": AUTO} if index == 0 else {}
+        write_table(path, rows, mode="append", conf=FEW_FILES, **options)  # type: ignore[arg-type]
+    assert operations(path)[-1] == "WRITE"  # three small files: below the four needed
+    rows = pa.table({"id": pa.array([13, 12], pa.int64()), "v": ["v13", "v12"]})
+    write_table(path, rows, mode="append", conf=FEW_FILES)
+    assert operations(path)[-2:] == ["WRITE", "OPTIMIZE"]
+    info = DeltaLog.for_table(path).history(1)[0]
+    assert info["operationParameters"]["auto"] == "true"
+    assert info["operationParameters"]["clusterBy"] == '["id"]'
+    (clustered,) = DeltaLog.for_table(path).update().files()
+    assert clustered.clustering_provider == "liquid"
+    assert (clustered.tags or {}).get("ZCUBE_ZORDER_BY") == '["id"]'
+    table = DeltaTable(path).to_pyarrow_table()
+    assert sorted(table["id"].to_pylist()) == list(range(14))

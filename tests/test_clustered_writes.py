@@ -55,7 +55,7 @@ def test_row_changes_keep_the_clustering_domain(tmp_path: Path, deletion_vectors
     assert "clustering" in (fresh.protocol.writer_features or [])
 
 
-def test_purge_works_and_auto_compaction_leaves_the_table_to_optimize(
+def test_purge_works_and_auto_compaction_clusters_the_table(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     uri = clustered(tmp_path, **{"delta.enableDeletionVectors": "true"})
@@ -71,10 +71,13 @@ def test_purge_works_and_auto_compaction_leaves_the_table_to_optimize(
         "spark.databricks.delta.autoCompact.minNumFiles": "2",
     }
     caplog.set_level(logging.WARNING)
-    for value in range(6):  # enough small files for auto compaction, were the table not clustered
+    for value in range(6):  # enough small files for auto compaction
         write_table(
             uri, pa.table({"id": pa.array([100 + value], pa.int64()), "v": ["x"]}), mode="append", conf=conf
         )
-    operations = [entry["operation"] for entry in DeltaLog.for_table(uri).history()]
-    assert "OPTIMIZE" not in operations
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # skipped, not failed
+    history = DeltaLog.for_table(uri).history()
+    automatic = [
+        e for e in history if e["operation"] == "OPTIMIZE" and e["operationParameters"]["auto"] == "true"
+    ]
+    assert automatic and all(e["operationParameters"]["clusterBy"] != "[]" for e in automatic)  # clustered
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # nothing failed

@@ -9,7 +9,11 @@ smaller than ``...autoCompact.minFileSize`` (half of ``...autoCompact.maxFileSiz
 compacted, at most ``...autoCompact.maxNumModifiedPartitions`` (128) of them, those with the most
 small files first: bins of at most ``maxFileSize`` bytes holding at least ``minNumFiles`` files,
 up to ``...autoCompact.maxCompactBytes`` (20 GiB) in all (:mod:`replay.maintenance.optimize_plan`).
-The compaction commits as operation ``OPTIMIZE`` with ``auto=true`` in its parameters.
+The compaction commits as operation ``OPTIMIZE`` with ``auto=true`` in its parameters. On a
+clustered table it clusters, as Delta's auto compaction does (its OPTIMIZE takes the clustering
+strategy whenever the table is clustered): the same small files trigger it, and the files are
+chosen and rewritten as OPTIMIZE's clustering chooses and rewrites them
+(:mod:`replay.maintenance.clustering`), within the auto compaction's file size.
 
 The hook runs in the writer's process, after the writer's commit, which it never fails: an error
 is logged as ``DELTA_POST_COMMIT_HOOK_FAILED`` (:mod:`replay.txn.post_commit`). It is registered
@@ -35,7 +39,7 @@ from replay.maintenance.optimize_plan import (
 )
 from replay.protocol.actions import Action, AddFile
 from replay.protocol.arrow_actions import add_actions
-from replay.protocol.table_config import CLUSTERING, TableConfiguration
+from replay.protocol.table_config import TableConfiguration
 from replay.txn.post_commit import CommittedVersion
 from replay.txn.write_commit import partition_values_predicate
 
@@ -93,9 +97,6 @@ def auto_compact_hook(committed: CommittedVersion) -> dict[str, object] | None:
     if committed.operation in (OPTIMIZE_OPERATION, REORG_OPERATION):
         return None
     if not auto_compact_enabled(committed.config, conf):
-        return None
-    if committed.config.protocol.has_writer_feature(CLUSTERING):  # Delta clusters instead
-        logger.debug("auto compaction of %s skipped: a clustered table", committed.io.shown_path)
         return None
     written = written_partitions(committed.actions)
     if not written:

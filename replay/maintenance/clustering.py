@@ -213,15 +213,17 @@ def clustering_run(
     limits: CompactionLimits | None,
     *,
     full: bool,
+    auto: bool = False,
 ) -> tuple[OptimizePlan, ClusteringRewriter, dict[str, object]]:
     """The plan, the rewriter and the ``OPTIMIZE`` parameters of a clustering run over
-    ``snapshot``'s table, clustered by ``paths``."""
+    ``snapshot``'s table, clustered by ``paths`` (``auto``: an auto compaction's run, which
+    clusters as OPTIMIZE does, with ``limits`` of its own)."""
     conf = snapshot.io.conf
     limits = limits or CompactionLimits.for_run(OptimizeMode.COMPACT, snapshot.config, conf, target_size)
     names = [clustering_column_name(path) for path in paths]
     plan = plan_clustering(snapshot.files(), names, limits, CubeSizes.from_conf(conf), full=full)
     rewriter = ClusteringRewriter.for_snapshot(snapshot, paths, limits.max_file_size, int(time.time() * 1000))
-    recorded: dict[str, object] = {"predicate": [], "zOrderBy": [], "clusterBy": names, "auto": False}
+    recorded: dict[str, object] = {"predicate": [], "zOrderBy": [], "clusterBy": names, "auto": auto}
     if full:
         recorded["isFull"] = True
     return plan, rewriter, recorded

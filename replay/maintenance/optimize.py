@@ -178,8 +178,9 @@ def plan_optimize(
     check_rewritable(snapshot)
     io = snapshot.io
     paths = clustered_optimize(snapshot, zorder_columns, partition_filters, full=full)
-    if paths and mode in (OptimizeMode.COMPACT, OptimizeMode.CLUSTER):
-        plan, clusterer, recorded = clustering_run(snapshot, paths, target_size, limits, full=full)
+    if paths and mode in (OptimizeMode.COMPACT, OptimizeMode.CLUSTER, OptimizeMode.AUTO):
+        auto = mode is OptimizeMode.AUTO
+        plan, clusterer, recorded = clustering_run(snapshot, paths, target_size, limits, full=full, auto=auto)
         return OptimizeJob(plan, clusterer, OPTIMIZE_OPERATION, recorded)
     predicate, texts = partition_predicate(partition_filters, snapshot)
     files = selected_files(snapshot, predicate)
