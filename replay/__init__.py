@@ -55,6 +55,7 @@ from replay.protocol.errors import (
     UnsupportedTableFeatureError,
     VersionNotFoundError,
 )
+from replay.protocol.identity_columns import IdentityColumnError
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
@@ -90,6 +91,7 @@ __all__ = [
     "DomainMetadata",
     "FileSystemCommitter",
     "Format",
+    "IdentityColumnError",
     "InMemoryLogReplay",
     "IncompatibleSchemaChangeError",
     "InvalidTableSchemaError",

@@ -486,17 +486,6 @@ def test_golden_generated_columns_table(tmp_path: Path, golden_root: Path) -> No
         )
 
 
-def test_identity_columns_stay_refused(tmp_path: Path) -> None:
-    raw = json.loads(StructType.from_arrow(pa.schema([("id", pa.int64()), ("name", pa.string())])).to_json())
-    raw["fields"][0]["metadata"] = {"delta.identity.start": 1, "delta.identity.step": 1}
-    table = tmp_path / "t"
-    metadata = Metadata(id="m", schema_string=json.dumps(raw))
-    DeltaLog(str(table)).commit([Protocol(1, 6), metadata], read_version=-1)
-    with pytest.raises(UnsupportedTableFeatureError, match="identityColumns") as caught:
-        write_table(str(table), pa.table({"name": ["x"]}))
-    assert caught.value.features == ["identityColumns"]
-
-
 # -- the spec -----------------------------------------------------------------------------------
 def test_the_spec_carries_constraint_texts_and_pickles(tmp_path: Path) -> None:
     table = tmp_path / "t"

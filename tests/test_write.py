@@ -21,6 +21,7 @@ from replay.protocol.errors import (
     TableNotFoundError,
     UnsupportedTableFeatureError,
 )
+from replay.protocol.identity_columns import IdentityColumnError
 from replay.protocol.table_config import check_writable
 from replay.protocol.table_properties import InvalidTablePropertyError
 from replay.txn.partition_paths import (
@@ -177,9 +178,11 @@ def test_tables_with_unsupported_writer_features_are_refused() -> None:
     check_writable(Protocol(2, 5), mapped, "file:///t")  # written with physical names
     identity = '{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":'
     identity += '{"delta.identity.start":1,"delta.identity.step":1}}]}'
-    with pytest.raises(UnsupportedTableFeatureError, match="identityColumns") as caught:
-        check_writable(Protocol(1, 6), Metadata(id="m", schema_string=identity), "file:///t")
-    assert caught.value.features == ["identityColumns"]
+    check_writable(Protocol(1, 6), Metadata(id="m", schema_string=identity), "file:///t")  # generated
+    broken = identity.replace('"delta.identity.step":1', '"delta.identity.step":0')
+    with pytest.raises(IdentityColumnError, match="DELTA_IDENTITY_COLUMNS_ILLEGAL_STEP") as caught:
+        check_writable(Protocol(1, 6), Metadata(id="m", schema_string=broken), "file:///t")
+    assert caught.value.column == "x"
     # invariants, CHECK constraints and generated columns are enforced by the writer
     invariant = '{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":'
     invariant += '{"delta.invariants":"{\\"expression\\":{\\"expression\\":\\"x > 3\\"}}"}}]}'

@@ -56,6 +56,7 @@ from replay.protocol.schema import StructType
 from replay.protocol.table_config import TableConfiguration
 from replay.protocol.type_widening import with_type_changes
 from replay.state.snapshot import Snapshot
+from replay.txn.identity_values import IdentityValues, marked_actions
 from replay.txn.write import ArrowData, arrow_stream, delta_schema
 from replay.txn.write_plan import protocol_for_schema
 
@@ -195,8 +196,11 @@ class MergePlan:
         updated = _assigned(data, mapping, clause.assignments, self.table.write_schema, old)
         return regenerate(updated, self.table.spec.constraints.generated, clause.assignments, insert=False)
 
-    def insert_unmatched(self, matched: Sequence[np.ndarray], sinks: Sinks) -> Counter[str]:
-        """Insert the source rows that no target row matched, through the NOT MATCHED clauses."""
+    def insert_unmatched(
+        self, matched: Sequence[np.ndarray], sinks: Sinks, identity: IdentityValues | None = None
+    ) -> Counter[str]:
+        """Insert the source rows that no target row matched, through the NOT MATCHED clauses;
+        ``identity`` generates the values of the identity columns a clause does not assign."""
         counts: Counter[str] = Counter()
         clauses = self.of_kind(NOT_MATCHED)
         source = self.join.source
@@ -220,6 +224,10 @@ class MergePlan:
                 clause.assignments,
                 insert=True,
             )
+            if identity is not None:
+                inserted = identity.fill(
+                    inserted, [c for c in identity.columns if c.name not in clause.assignments]
+                )
             sinks.new_rows.write(inserted)
             sinks.write_changes(change_rows(inserted, CDC_TYPE_INSERT, self.table.write_schema))
             counts["inserted"] += int(chosen.size)
@@ -349,6 +357,7 @@ def bind_merge(
         table=table_path,
         now=now,
         widen=snapshot.config.type_widening_enabled,
+        identity=snapshot.config.constraints.identity,
     )
     metadata_actions, after = _evolution(snapshot, final_schema)
     removes_rows = any(spec.kind != NOT_MATCHED for spec in specs)
@@ -418,15 +427,16 @@ def merge_rows(
     txn = snapshot_transaction(snapshot, OPERATION)
 
     def finish(changes: list[FileChange], sinks: Sinks, scanned_ns: int) -> DmlResult:
+        identity = IdentityValues(plan.table.spec.constraints.identity)
         inserted = plan.insert_unmatched(
-            [c.matched_source for c in changes if c.matched_source is not None], sinks
+            [c.matched_source for c in changes if c.matched_source is not None], sinks, identity
         )
         return finish_merge(
             txn,
             changes,
             sinks.close(),
             inserted,
-            metadata_actions=planned.metadata_actions,
+            metadata_actions=marked_actions(planned.metadata_actions, snapshot.metadata, identity.marks),
             source_rows=plan.join.source.num_rows,
             pruning=planned.pruning,
             candidates=candidates,

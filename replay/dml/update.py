@@ -48,6 +48,7 @@ from replay.dml.rewrite import EMPTY, FileChange, FileRewriter
 from replay.dml.runner import run_plan
 from replay.dml.target_rows import read_target_rows
 from replay.protocol.actions import AddFile
+from replay.protocol.identity_columns import update_error
 from replay.protocol.predicates import Predicate
 from replay.state.snapshot import Snapshot
 from replay.txn.committer import now_ms
@@ -130,6 +131,10 @@ def _assignments(
             f"No column to update in table {table.table_path}", table=table.table_path
         )
     check_unique(_names(given, schema.names), table.table_path)
+    identity = [column.name for column in table.spec.constraints.identity]
+    for name in _names(given, schema.names):
+        if find_column(identity, name) is not None:
+            raise update_error(name, table.table_path)
     resolved: dict[str, Assignment] = {}
     for name, value in given.items():
         column = find_column(schema.names, str(name))

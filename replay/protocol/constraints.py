@@ -15,7 +15,9 @@ values, picklable; :mod:`replay.txn.constraint_checks` binds and evaluates them)
   CHECK constraint named ``EXPRESSION(<sql>)``;
 * **generated columns**: top-level fields whose metadata holds ``delta.generationExpression``,
   when the protocol supports the ``generatedColumns`` writer feature (writer version 4 or the
-  feature listed); on a table whose protocol does not, the key is an inert annotation.
+  feature listed); on a table whose protocol does not, the key is an inert annotation;
+* **identity columns**: top-level fields with ``delta.identity.*`` metadata, when the protocol
+  supports the ``identityColumns`` writer feature (:mod:`replay.protocol.identity_columns`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import orjson
 
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.errors import DeltaError
+from replay.protocol.identity_columns import IdentityColumn, identity_columns
 from replay.protocol.schema import ArrayType, DataType, MapType, StructField, StructType
 
 CHECK_CONSTRAINT_PREFIX = "delta.constraints."
@@ -73,12 +76,25 @@ class TableConstraints:
     """Top-level columns holding a NOT NULL element, key, value or field inside an array or map.
     Delta's writer does not enforce these (it refuses to create them), but a Parquet file cannot
     store a null there: a writer refuses one with the NOT NULL error naming its path."""
+    identity: tuple[IdentityColumn, ...] = ()
+    """The identity columns: generated where the data lacks them, refused where it gives values
+    to a GENERATED ALWAYS one (:mod:`replay.protocol.identity_columns`)."""
 
     @property
     def empty(self) -> bool:
         return not (
-            self.checks or self.not_null or self.invariants or self.generated or self.not_null_in_collections
+            self.checks
+            or self.not_null
+            or self.invariants
+            or self.generated
+            or self.not_null_in_collections
+            or self.identity
         )
+
+    @property
+    def computed_columns(self) -> frozenset[str]:
+        """The columns a write computes where its data lacks them: generated and identity ones."""
+        return frozenset([*(g.column for g in self.generated), *(i.name for i in self.identity)])
 
     @property
     def not_null_columns(self) -> tuple[str, ...]:
@@ -155,7 +171,11 @@ def table_constraints(protocol: Protocol, metadata: Metadata) -> TableConstraint
             for f in schema.fields
             if GENERATION_EXPRESSION_KEY in f.metadata
         )
+    identity: tuple[IdentityColumn, ...] = ()
+    if protocol.supports_writer_feature("identityColumns"):
+        identity = identity_columns(schema)
     return TableConstraints(
+        identity=identity,
         checks=check_constraints(metadata),
         not_null=tuple(path for path, struct_field in fields if not struct_field.nullable),
         invariants=invariants,

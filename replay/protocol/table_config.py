@@ -16,6 +16,7 @@ from functools import cached_property
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.constraints import TableConstraints, table_constraints
 from replay.protocol.errors import AppendOnlyTableError, UnsupportedTableFeatureError
+from replay.protocol.identity_columns import identity_columns
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.schema_evolution import changed_types
 from replay.protocol.table_properties import (
@@ -77,18 +78,17 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "v2Checkpoint",
         "clustering",
         "rowTracking",
+        "identityColumns",
     }
 )
 """Writer features whose tables this library can write to: it enforces invariants, CHECK
-constraints and NOT NULL columns on every written row and computes or checks generated columns;
-on a table with type widening it keeps ``delta.typeChanges`` and changes no column's type."""
+constraints and NOT NULL columns on every written row, computes or checks generated columns and
+generates identity columns' values; on a table with type widening it keeps ``delta.typeChanges``
+and changes no column's type."""
 TYPE_WIDENING_FEATURES = frozenset({"typeWidening", "typeWidening-preview"})
 CLUSTERING = "clustering"
 """A clustered table (CLUSTER BY): written to (its ``delta.clustering`` domain kept, statistics as
 the table configures them, which Delta makes cover the clustering columns); not clustered here."""
-WRITER_FEATURES_HARMLESS_WHEN_UNUSED = frozenset({"identityColumns"})
-"""Writer features that do not concern this writer as long as the table does not use them."""
-
 
 SUPPORTED_READER_VERSIONS = tuple(range(1, SUPPORTED_READER_VERSION + 1))
 SUPPORTED_WRITER_VERSIONS = tuple(range(1, SUPPORTED_WRITER_VERSION + 1))
@@ -138,8 +138,7 @@ def check_protocol_writable(protocol: Protocol, table: str) -> None:
     if protocol.min_writer_version > SUPPORTED_WRITER_VERSION:
         raise invalid_protocol_version_error(protocol, table)
     if protocol.min_writer_version == SUPPORTED_WRITER_VERSION:
-        known = SUPPORTED_WRITER_FEATURES | WRITER_FEATURES_HARMLESS_WHEN_UNUSED
-        unsupported = sorted(set(protocol.writer_features or ()) - known)
+        unsupported = sorted(set(protocol.writer_features or ()) - SUPPORTED_WRITER_FEATURES)
         if unsupported:
             raise UnsupportedTableFeatureError(
                 f'[DELTA_UNSUPPORTED_FEATURES_FOR_WRITE] Unsupported Delta write feature: table "{table}" '
@@ -150,33 +149,14 @@ def check_protocol_writable(protocol: Protocol, table: str) -> None:
             )
 
 
-def features_in_use(metadata: Metadata) -> list[str]:
-    """Writer features the table's metadata actually uses and this writer cannot honour.
-
-    Identity columns would have to be generated on write. (Invariants, CHECK constraints and
-    generated columns are enforced by every data write: :mod:`replay.protocol.constraints`;
-    column mapping names the data files' columns: :mod:`replay.protocol.column_mapping`.)
-    """
-    schema_string = metadata.schema_string or ""
-    used = {"identityColumns": "delta.identity." in schema_string}
-    return [name for name, in_use in used.items() if in_use]
-
-
 def check_writable(protocol: Protocol, metadata: Metadata, table: str) -> None:
-    """Raise :class:`UnsupportedTableFeatureError` if this library cannot write data files to the table.
-
-    Besides the protocol (:func:`check_protocol_writable`), refused are the features the table
-    uses that this writer cannot honour (see :func:`features_in_use`).
-    """
+    """Raise :class:`UnsupportedTableFeatureError` if this library cannot write data files to the
+    table (:func:`check_protocol_writable`), and
+    :class:`~replay.protocol.identity_columns.IdentityColumnError` for an identity column whose
+    definition is not Delta's (not a ``long``, no start, a step of 0)."""
     check_protocol_writable(protocol, table)
-    in_use = features_in_use(metadata)
-    if in_use:
-        raise UnsupportedTableFeatureError(
-            f"Cannot write to table {table}: it uses features this writer does not support: "
-            f"{', '.join(in_use)}",
-            table=table,
-            features=in_use,
-        )
+    if protocol.supports_writer_feature("identityColumns"):
+        identity_columns(metadata.schema)
 
 
 def append_only_error(table: str) -> AppendOnlyTableError:

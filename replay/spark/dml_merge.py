@@ -61,6 +61,7 @@ from replay.spark.dml_tasks import (
 )
 from replay.spark.row_ids import FILE_COLUMN, ROW_COLUMN
 from replay.spark.schema import arrow_schema
+from replay.txn.identity_values import not_generated_error
 from replay.txn.write import delta_schema
 
 KEY_RANGE_ROWS = 1_000_000
@@ -116,6 +117,10 @@ def spark_merge(
         target_alias=target_alias,
         merge_schema=merge_schema,
     )
+    for clause in plan.of_kind(NOT_MATCHED):
+        for column in plan.table.spec.constraints.identity:
+            if column.name not in clause.assignments:
+                raise not_generated_error(column, snapshot.io.shown_path, "Spark's MERGE")
     pruning, source_rows = _pruning(plan, materialized, schema)
     candidates = candidate_files(snapshot, pruning)
     files = {file.path: file for file in add_actions(candidates)}

@@ -48,6 +48,7 @@ from replay.protocol.schema import parse_schema
 from replay.spark.options import bool_option, column_list, int_value, lower_keys
 from replay.spark.worker_errors import errors_first
 from replay.txn.data_writer import WrittenFile, delete_data_files, write_batches
+from replay.txn.identity_values import identity_to_generate, not_generated_error
 from replay.txn.transaction import transaction_committed
 from replay.txn.write_commit import commit_write
 from replay.txn.write_plan import (
@@ -128,6 +129,9 @@ def _plan(
     io = TableIO.for_table(path, conf)
     snapshot = latest_snapshot(io)
     plan = plan_write(io, snapshot, _delta_schema(schema), options)
+    generated = identity_to_generate(plan.spec.constraints.identity, schema.fieldNames(), io.shown_path)
+    if generated:
+        raise not_generated_error(generated[0], io.shown_path, "Spark")
     if app_id is not None and snapshot is not None:
         plan = replace(plan, committed_txn_version=snapshot.set_transactions.get(app_id))
     return plan

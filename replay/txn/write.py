@@ -24,6 +24,7 @@ from replay.protocol.errors import ConcurrentModificationError, TableAlreadyExis
 from replay.protocol.paths import normalize_path_key, resolve_path
 from replay.protocol.schema import StructType
 from replay.txn.data_writer import write_batches
+from replay.txn.identity_values import IdentityValues, identity_to_generate
 from replay.txn.transaction import Transaction
 from replay.txn.write_commit import commit_write, remove_action
 from replay.txn.write_plan import (
@@ -218,9 +219,13 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     plan = plan_write(io, snapshot, delta_schema(schema), options)
     if plan.already_committed:
         return commit_write(io, plan, [], snapshot=snapshot)
+    generated = identity_to_generate(plan.spec.constraints.identity, schema.names, io.shown_path)
+    identity = IdentityValues(generated)
+    if identity.columns:
+        batches = map(identity.fill, batches)
     written = write_batches(plan.spec, batches)
-    try:
-        return commit_write(io, plan, written, snapshot=snapshot)  # deletes the files if nothing committed
+    try:  # deletes the files if nothing committed
+        return commit_write(io, plan, written, snapshot=snapshot, identity_marks=identity.marks)
     except ConcurrentModificationError as exc:
         if mode == "ignore" and exc.winning_version == 0:
             return None  # a concurrent writer created the table: nothing to write

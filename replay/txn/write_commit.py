@@ -24,6 +24,7 @@ from replay.protocol.predicates import And, Compare, IsNull, Or, Predicate, to_e
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
 from replay.txn.data_writer import WrittenFile, delete_data_files
+from replay.txn.identity_values import high_water_mark_metadata
 from replay.txn.transaction import CommitOutcome, Transaction
 from replay.txn.write_plan import WritePlan, replace_where_predicate
 
@@ -65,14 +66,22 @@ def _overwrite_reads(plan: WritePlan, written: Sequence[WrittenFile]) -> Predica
     return predicate.tree if predicate is not None else None
 
 
-def stage_write(txn: Transaction, plan: WritePlan, written: Sequence[WrittenFile]) -> None:
-    """Put the write's actions and reads into ``txn``: protocol, metadata, app transaction, the
-    adds, and for an overwrite the removes of what it replaces (the whole table, or the files
-    of the partitions ``replaceWhere`` or the written data selects), read as such."""
+def stage_write(
+    txn: Transaction,
+    plan: WritePlan,
+    written: Sequence[WrittenFile],
+    identity_marks: Mapping[str, int] | None = None,
+) -> None:
+    """Put the write's actions and reads into ``txn``: protocol, metadata (with the identity
+    high water marks the values it generated up to, ``identity_marks``, move on), app
+    transaction, the adds, and for an overwrite the removes of what it replaces (the whole
+    table, or the files of the partitions ``replaceWhere`` or the written data selects), read as
+    such."""
     if plan.commit_protocol:
         txn.add_actions([plan.protocol])
-    if plan.commit_metadata:
-        txn.add_actions([plan.metadata])
+    marked = high_water_mark_metadata(plan.metadata, identity_marks or {})
+    if plan.commit_metadata or marked is not None:
+        txn.add_actions([marked or plan.metadata])
     txn.add_actions(plan.domains)
     options = plan.options
     if options.txn_app_id is not None and options.txn_version is not None:
@@ -143,8 +152,10 @@ def commit_write(
     snapshot: Snapshot | None = None,
     operation: str = "WRITE",
     operation_parameters: Mapping[str, Any] | None = None,
+    identity_marks: Mapping[str, int] | None = None,
 ) -> int | None:
-    """Commit the files of ``plan``'s write as one version (then the post-commit hooks run).
+    """Commit the files of ``plan``'s write as one version (then the post-commit hooks run);
+    ``identity_marks``: the furthest identity value the write generated per column.
 
     The commit is made from the version the plan read (``snapshot`` if the caller has it), so a
     concurrent change the plan did not see is checked by Delta's conflict rules. Returns the
@@ -172,7 +183,7 @@ def commit_write(
                 if snapshot is not None and snapshot.version == plan.read_version
                 else load_snapshot(io, version=plan.read_version, files=False)
             )
-        stage_write(txn, plan, written)
+        stage_write(txn, plan, written, identity_marks)
         txn.operation_parameters = dict(
             operation_parameters if operation_parameters is not None else _parameters(plan)
         )
