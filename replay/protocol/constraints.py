@@ -92,11 +92,6 @@ class TableConstraints:
         )
 
     @property
-    def computed_columns(self) -> frozenset[str]:
-        """The columns a write computes where its data lacks them: generated and identity ones."""
-        return frozenset([*(g.column for g in self.generated), *(i.name for i in self.identity)])
-
-    @property
     def not_null_columns(self) -> tuple[str, ...]:
         """The top-level NOT NULL columns."""
         return tuple(path[0] for path in self.not_null if len(path) == 1)
