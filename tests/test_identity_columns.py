@@ -266,3 +266,29 @@ def test_values_overflowing_a_long_are_refused() -> None:
         column.span(0, 2)
     with pytest.raises(IdentityColumnError, match="long overflow"):
         column.span(1, 1)
+
+
+@given(
+    LONGS,
+    LONGS.filter(bool),
+    st.one_of(st.none(), LONGS),
+    st.lists(st.integers(0, 40), min_size=1, max_size=6),
+)
+def test_a_commit_generates_one_run_of_the_sequence_whatever_its_batches(
+    start: int, step: int, mark: int | None, batches: list[int]
+) -> None:
+    """Values continue batch after batch from the mark (or the start), one step apart, and the
+    commit's mark is the last of them: the rule Databricks' own commits show."""
+    mark = None if mark is None else round_to_next(start, step, mark)
+    column = IdentityColumn("id", start, step, mark)
+    identity = IdentityValues([column])
+    got: list[int] = []
+    for size in batches:
+        rows = identity.fill(pa.table({"name": pa.array(["x"] * size, pa.string())}))
+        assert rows.column_names == ["name", "id"]
+        got += rows["id"].to_pylist()
+    first = start if mark is None else mark + step
+    assert got == [first + step * k for k in range(sum(batches))]
+    assert identity.marks == ({"id": got[-1]} if got else {})
+    if got:
+        assert column.next_high_water_mark(got[-1]) == got[-1]
