@@ -51,6 +51,7 @@ from replay.dml.runner import run_plan
 from replay.dml.target_rows import read_target_rows
 from replay.protocol.actions import Action, AddFile
 from replay.protocol.column_names import check_column_names
+from replay.protocol.identity_columns import IdentityColumn
 from replay.protocol.predicates import TRUE, And, Or, Predicate
 from replay.protocol.schema import StructType
 from replay.protocol.table_config import TableConfiguration
@@ -78,6 +79,11 @@ class MergePlan:
 
     def of_kind(self, kind: str) -> list[MergeClause]:
         return [clause for clause in self.clauses if clause.spec.kind == kind]
+
+    def generated_identity(self, clause: MergeClause) -> list[IdentityColumn]:
+        """The identity columns whose values the rows ``clause`` inserts need generated: those it
+        does not assign."""
+        return [c for c in self.table.spec.constraints.identity if c.name not in clause.assignments]
 
     @property
     def insert_only(self) -> bool:
@@ -225,9 +231,7 @@ class MergePlan:
                 insert=True,
             )
             if identity is not None:
-                inserted = identity.fill(
-                    inserted, [c for c in identity.columns if c.name not in clause.assignments]
-                )
+                inserted = identity.fill(inserted, self.generated_identity(clause))
             sinks.new_rows.write(inserted)
             sinks.write_changes(change_rows(inserted, CDC_TYPE_INSERT, self.table.write_schema))
             counts["inserted"] += int(chosen.size)

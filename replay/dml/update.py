@@ -130,9 +130,10 @@ def _assignments(
         raise InvalidDmlArgumentError(
             f"No column to update in table {table.table_path}", table=table.table_path
         )
-    check_unique(_names(given, schema.names), table.table_path)
+    names = _names(given, schema.names)
+    check_unique(names, table.table_path)
     identity = [column.name for column in table.spec.constraints.identity]
-    for name in _names(given, schema.names):
+    for name in names:
         if find_column(identity, name) is not None:
             raise update_error(name, table.table_path)
     resolved: dict[str, Assignment] = {}

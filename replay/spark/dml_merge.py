@@ -118,9 +118,8 @@ def spark_merge(
         merge_schema=merge_schema,
     )
     for clause in plan.of_kind(NOT_MATCHED):
-        for column in plan.table.spec.constraints.identity:
-            if column.name not in clause.assignments:
-                raise not_generated_error(column, snapshot.io.shown_path, "Spark's MERGE")
+        for column in plan.generated_identity(clause):
+            raise not_generated_error(column, snapshot.io.shown_path, "Spark's MERGE")
     pruning, source_rows = _pruning(plan, materialized, schema)
     candidates = candidate_files(snapshot, pruning)
     files = {file.path: file for file in add_actions(candidates)}
