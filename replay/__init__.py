@@ -55,6 +55,7 @@ from replay.protocol.errors import (
     UnsupportedTableFeatureError,
     VersionNotFoundError,
 )
+from replay.protocol.iceberg_compat import IcebergCompatError
 from replay.protocol.identity_columns import IdentityColumnError
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_config import TableConfiguration
@@ -91,6 +92,7 @@ __all__ = [
     "DomainMetadata",
     "FileSystemCommitter",
     "Format",
+    "IcebergCompatError",
     "IdentityColumnError",
     "InMemoryLogReplay",
     "IncompatibleSchemaChangeError",

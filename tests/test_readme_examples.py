@@ -201,6 +201,7 @@ ALTER = (
     "Changing properties and schema",
     'table.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})   # protocol -> (1, 4)',
 )
+ICEBERG_COMPAT = ("Changing properties and schema", 'write_table(uri, data, partition_by=["day"],')
 SPARK_DML = ("Changing rows from Spark", "# from delta.tables import DeltaTable")
 SPARK_SQL = ("Delta's SQL statements", "from replay.spark import register_table, sql")
 RUN_HERE = {
@@ -221,6 +222,7 @@ RUN_HERE = {
     READ_SPARK: "test_the_spark_examples_on_s3",
     WRITE_SPARK: "test_the_spark_examples_on_s3",
     SESSION_STORE: "test_the_spark_examples_on_s3",
+    ICEBERG_COMPAT: "test_the_iceberg_compat_example_runs_as_written",
     SPARK_DML: "test_the_spark_dml_example_runs_as_written",
     SPARK_SQL: "test_the_spark_sql_example_runs_as_written",
 }
@@ -651,3 +653,17 @@ def test_the_spark_sql_example_runs_as_written(spark: Any, tmp_path: Path) -> No
         (10, "2024-04-01", "new"),
     ]
     assert DeltaTable(uri).history(1)[0]["operation"] == "MERGE"
+
+
+def test_the_iceberg_compat_example_runs_as_written(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from replay import DeltaTable, write_table
+
+    uri = str(tmp_path / "t")
+    data = pa.table({"day": ["2024-06-01", "2024-06-02"], "tags": [[1], [2, 3]]})
+    run_example(ICEBERG_COMPAT, namespace={"uri": uri, "data": data, "write_table": write_table})
+    metadata = DeltaTable(uri).snapshot.metadata
+    assert metadata.configuration["delta.columnMapping.mode"] == "name"
+    assert "icebergCompatV2" in (DeltaTable(uri).snapshot.protocol.writer_features or ())
+    assert DeltaTable(uri).to_pyarrow_table().num_rows == 2

@@ -94,7 +94,7 @@ def update_columns(
     """Rewrite ``target``'s file with the ``updated`` rows (positions, non-empty) set by
     ``assignments``, or ``None`` when the file must be rewritten whole."""
     file = target.file
-    if target.row_index is not None or file.stats is None:
+    if target.row_index is not None or file.stats is None or table.spec.partitions_in_files:
         return None
     scanned = time.perf_counter_ns()
     if target.data is None:

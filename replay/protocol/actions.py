@@ -19,13 +19,7 @@ from typing import Any, ClassVar, Self
 import orjson
 import pyarrow as pa
 
-from replay.protocol.column_mapping import (
-    MAX_COLUMN_ID_KEY,
-    assign_column_mapping,
-    max_column_id,
-    partition_value_keys,
-    physical_names,
-)
+from replay.protocol.column_mapping import mapped_schema, partition_value_keys
 from replay.protocol.errors import InvalidTableSchemaError
 from replay.protocol.naming import camel_case
 from replay.protocol.paths import FileKey, dv_unique_id, normalize_path_key
@@ -202,14 +196,12 @@ class Metadata(_Action):
         """This metadata with ``schema`` (and the other fields in ``changes``, ``configuration``
         among them). Under column mapping, fields new to the table get ids after
         ``delta.columnMapping.maxColumnId`` and physical names (``keep_names``: their names;
-        :func:`~replay.protocol.column_mapping.assign_column_mapping`), and the maximum follows."""
+        :func:`~replay.protocol.column_mapping.mapped_schema`), and the maximum follows."""
         configuration = changes.pop("configuration", self.configuration)
         if COLUMN_MAPPING_MODE.value_in(configuration) != "none":
             current = self.schema if self.schema_string else None
-            last = max_column_id(current, configuration) if current else 0
-            known = physical_names(current) if current and self.column_mapping_mode != "none" else None
-            schema, last = assign_column_mapping(schema, last, keep_names=keep_names, known=known)
-            configuration = {**configuration, MAX_COLUMN_ID_KEY: str(last)}
+            mode = self.column_mapping_mode
+            schema, configuration = mapped_schema(schema, current, mode, configuration, keep_names=keep_names)
         changes.update(schema_string=schema.to_json(), configuration=configuration)
         return dataclasses.replace(self, **changes)
 

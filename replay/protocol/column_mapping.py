@@ -27,9 +27,17 @@ from replay.protocol.schema import (
     StructField,
     StructType,
 )
-from replay.protocol.table_properties import COLUMN_MAPPING_MODE, random_prefix_length
+from replay.protocol.table_properties import (
+    COLUMN_MAPPING_MODE,
+    iceberg_compat_version,
+    random_prefix_length,
+)
 
 MAX_COLUMN_ID_KEY = "delta.columnMapping.maxColumnId"
+NESTED_IDS_KEY = "parquet.field.nested.ids"
+"""The struct field metadata key of the ids of the implicit ``element`` / ``key`` / ``value``
+fields of the arrays and maps below the field (IcebergCompatV2), by path: the field's physical
+name, then ``element``, ``key`` or ``value`` for each level, joined with dots."""
 PARQUET_FIELD_ID = b"PARQUET:field_id"
 """The Arrow field metadata key pyarrow writes as a Parquet field id."""
 
@@ -42,30 +50,48 @@ def is_mapped(configuration: Mapping[str, str]) -> bool:
 def data_file_schema(schema: StructType, configuration: Mapping[str, str]) -> pa.Schema | None:
     """The Arrow schema data files of a table with ``schema`` and ``configuration`` are written
     with, field for field as ``schema.to_arrow()``: physical names at every level and, in ``id``
-    mode, Parquet field ids. ``None`` without column mapping (the files use the logical names)."""
+    mode or under IcebergCompat, Parquet field ids (those of :data:`NESTED_IDS_KEY` too). ``None``
+    without column mapping (the files use the logical names)."""
     mode = COLUMN_MAPPING_MODE.value_in(configuration)
     if mode == "none":
         return None
-    return pa.schema([_file_field(f, with_ids=mode == "id") for f in schema.fields])
+    with_ids = mode == "id" or iceberg_compat_version(configuration) is not None
+    return pa.schema([_file_field(f, with_ids=with_ids) for f in schema.fields])
 
 
 def _file_field(struct_field: StructField, *, with_ids: bool) -> pa.Field:
     field_id = struct_field.field_id
-    metadata = {PARQUET_FIELD_ID: str(field_id).encode()} if with_ids and field_id is not None else None
-    data_type = _file_type(struct_field.type, with_ids=with_ids)
-    return pa.field(struct_field.physical_name, data_type, struct_field.nullable, metadata=metadata)
+    name = struct_field.physical_name
+    nested = struct_field.metadata.get(NESTED_IDS_KEY) or {} if with_ids else {}
+    data_type = _file_type(struct_field.type, with_ids=with_ids, nested=nested, path=name)
+    return pa.field(name, data_type, struct_field.nullable, metadata=_id_metadata(field_id, with_ids))
 
 
-def _file_type(data_type: DataType, *, with_ids: bool) -> pa.DataType:
+def _id_metadata(field_id: object, with_ids: bool) -> dict[bytes, bytes] | None:
+    return {PARQUET_FIELD_ID: str(field_id).encode()} if with_ids and field_id is not None else None
+
+
+def _file_type(data_type: DataType, *, with_ids: bool, nested: Mapping[str, int], path: str) -> pa.DataType:
     if isinstance(data_type, StructType):
         return pa.struct([_file_field(f, with_ids=with_ids) for f in data_type.fields])
     if isinstance(data_type, ArrayType):
-        element = _file_type(data_type.element_type, with_ids=with_ids)
-        return pa.list_(pa.field("element", element, data_type.contains_null))
+        element = f"{path}.element"
+        inner = _file_type(data_type.element_type, with_ids=with_ids, nested=nested, path=element)
+        metadata = _id_metadata(nested.get(element), with_ids)
+        return pa.list_(pa.field("element", inner, data_type.contains_null, metadata=metadata))
     if isinstance(data_type, MapType):
-        key = _file_type(data_type.key_type, with_ids=with_ids)
-        value = _file_type(data_type.value_type, with_ids=with_ids)
-        return pa.map_(pa.field("key", key, False), pa.field("value", value, data_type.value_contains_null))
+        key, value = f"{path}.key", f"{path}.value"
+        key_type = _file_type(data_type.key_type, with_ids=with_ids, nested=nested, path=key)
+        value_type = _file_type(data_type.value_type, with_ids=with_ids, nested=nested, path=value)
+        return pa.map_(
+            pa.field("key", key_type, False, metadata=_id_metadata(nested.get(key), with_ids)),
+            pa.field(
+                "value",
+                value_type,
+                data_type.value_contains_null,
+                metadata=_id_metadata(nested.get(value), with_ids),
+            ),
+        )
     return data_type.to_arrow()
 
 
@@ -126,6 +152,7 @@ def assign_column_mapping(
     *,
     keep_names: bool = False,
     known: frozenset[str] | None = None,
+    nested_ids: bool = False,
 ) -> tuple[StructType, int]:
     """``schema`` with an id and a physical name for every field (nested ones too) that has
     none, numbered on from ``last_id`` in the order the fields appear; and the last id given.
@@ -133,10 +160,33 @@ def assign_column_mapping(
     fields) does not hold theirs: a field brought from elsewhere gets fresh ones, so no id or
     name is used twice. New physical names are ``col-<uuid>``; with ``keep_names`` (column
     mapping turned on for a table whose files name columns as the schema does, as Delta does
-    it) they are the fields' names."""
+    it) they are the fields' names. ``nested_ids`` (a table with IcebergCompatV2): the implicit
+    fields of arrays and maps that have no id get one too, after the fields' (:data:`NESTED_IDS_KEY`;
+    Delta's ``rewriteFieldIdsForIceberg``: in pre-order, each before the type below it)."""
     counter = [last_id]
     assigned = _assign_struct(schema, counter, keep_names, known)
+    if nested_ids:
+        assigned = _nested_struct(assigned, counter)
     return assigned, counter[0]
+
+
+def mapped_schema(
+    schema: StructType,
+    current: StructType | None,
+    current_mode: str,
+    configuration: Mapping[str, str],
+    *,
+    keep_names: bool = False,
+) -> tuple[StructType, dict[str, str]]:
+    """``schema`` with the ids and physical names it lacks, as the new schema of a table whose
+    schema is ``current`` (``None``: a new table; column mapping mode ``current_mode``) under
+    ``configuration``; and the configuration with ``delta.columnMapping.maxColumnId`` following
+    (:func:`assign_column_mapping`; IcebergCompatV2 numbers the nested fields too)."""
+    last = max_column_id(current, configuration) if current else 0
+    known = physical_names(current) if current and current_mode != "none" else None
+    nested = iceberg_compat_version(configuration) == 2
+    schema, last = assign_column_mapping(schema, last, keep_names=keep_names, known=known, nested_ids=nested)
+    return schema, {**configuration, MAX_COLUMN_ID_KEY: str(last)}
 
 
 def physical_names(schema: StructType) -> frozenset[str]:
@@ -174,5 +224,37 @@ def _assign_type(
     if isinstance(data_type, MapType):
         key = _assign_type(data_type.key_type, counter, keep_names, known)
         value = _assign_type(data_type.value_type, counter, keep_names, known)
+        return MapType(key, value, data_type.value_contains_null)
+    return data_type
+
+
+def _nested_struct(struct: StructType, counter: list[int]) -> StructType:
+    fields = []
+    for struct_field in struct.fields:
+        ids = dict(struct_field.metadata.get(NESTED_IDS_KEY) or {})
+        data_type = _nested_type(struct_field.type, ids, struct_field.physical_name, counter)
+        metadata = {**struct_field.metadata, NESTED_IDS_KEY: ids} if ids else struct_field.metadata
+        fields.append(StructField(struct_field.name, data_type, struct_field.nullable, metadata))
+    return StructType(fields)
+
+
+def _nested_type(data_type: DataType, ids: dict[str, int], path: str, counter: list[int]) -> DataType:
+    """``data_type`` with ids in ``ids`` for its arrays' and maps' implicit fields below ``path``
+    (each given before its own type is walked), and in its structs' fields' metadata."""
+
+    def give(key: str) -> str:
+        if key not in ids:
+            counter[0] += 1
+            ids[key] = counter[0]
+        return key
+
+    if isinstance(data_type, StructType):
+        return _nested_struct(data_type, counter)
+    if isinstance(data_type, ArrayType):
+        element = _nested_type(data_type.element_type, ids, give(f"{path}.element"), counter)
+        return ArrayType(element, data_type.contains_null)
+    if isinstance(data_type, MapType):
+        key = _nested_type(data_type.key_type, ids, give(f"{path}.key"), counter)
+        value = _nested_type(data_type.value_type, ids, give(f"{path}.value"), counter)
         return MapType(key, value, data_type.value_contains_null)
     return data_type

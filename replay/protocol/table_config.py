@@ -16,6 +16,7 @@ from functools import cached_property
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.constraints import TableConstraints, table_constraints
 from replay.protocol.errors import AppendOnlyTableError, UnsupportedTableFeatureError
+from replay.protocol.iceberg_compat import check_table as check_iceberg_compat
 from replay.protocol.identity_columns import identity_columns
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.schema_evolution import changed_types
@@ -79,12 +80,15 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "clustering",
         "rowTracking",
         "identityColumns",
+        "icebergCompatV1",
+        "icebergCompatV2",
     }
 )
 """Writer features whose tables this library can write to: it enforces invariants, CHECK
 constraints and NOT NULL columns on every written row, computes or checks generated columns and
 generates identity columns' values; on a table with type widening it keeps ``delta.typeChanges``
-and changes no column's type."""
+and changes no column's type; under IcebergCompat it keeps the rules of
+:mod:`replay.protocol.iceberg_compat` (Delta writes the Iceberg metadata itself)."""
 TYPE_WIDENING_FEATURES = frozenset({"typeWidening", "typeWidening-preview"})
 CLUSTERING = "clustering"
 """A clustered table (CLUSTER BY): written to (its ``delta.clustering`` domain kept, statistics as
@@ -325,7 +329,9 @@ class TableConfiguration:
         commit to it, before or after (Delta's ``DELTA_INVALID_PROTOCOL_VERSION``,
         ``DELTA_UNSUPPORTED_FEATURES_FOR_READ`` / ``..._FOR_WRITE``), and
         :class:`AppendOnlyTableError` (``DELTA_CANNOT_MODIFY_APPEND_ONLY``) when the commit
-        removes data (``remove`` with ``dataChange``) from a ``delta.appendOnly`` table.
+        removes data (``remove`` with ``dataChange``) from a ``delta.appendOnly`` table;
+        :class:`~replay.protocol.iceberg_compat.IcebergCompatError` when it breaks the rules of
+        the IcebergCompat version the table enables.
         """
         for config in (previous, self) if previous is not None else (self,):
             check_readable(config.protocol, self.table)
@@ -334,6 +340,8 @@ class TableConfiguration:
             raise append_only_error(self.table)
         if previous is not None and previous.metadata.schema_string != self.metadata.schema_string:
             self._check_type_changes(previous)
+        before = previous.metadata if previous is not None else None
+        check_iceberg_compat(self.protocol, self.metadata, before, self.table)
 
     def _check_type_changes(self, previous: TableConfiguration) -> None:
         """On a table that supports type widening, a column's type may change only to a wider one

@@ -265,6 +265,24 @@ ENABLE_TYPE_WIDENING = TableProperty("delta.enableTypeWidening", False, parse_bo
 ENABLE_ICEBERG_COMPAT_V1 = TableProperty("delta.enableIcebergCompatV1", False, parse_bool)
 ENABLE_ICEBERG_COMPAT_V2 = TableProperty("delta.enableIcebergCompatV2", False, parse_bool)
 CHECKPOINT_POLICY = TableProperty("delta.checkpointPolicy", "classic", parse_checkpoint_policy)
+ICEBERG_COMPAT_VERSIONS: tuple[tuple[int, TableProperty[bool]], ...] = (
+    (1, ENABLE_ICEBERG_COMPAT_V1),
+    (2, ENABLE_ICEBERG_COMPAT_V2),
+)
+
+
+def iceberg_compat_versions(configuration: Mapping[str, str]) -> list[int]:
+    """The IcebergCompat versions ``configuration`` enables (one at most on a valid table;
+    :mod:`replay.protocol.iceberg_compat` has their rules)."""
+    return [version for version, prop in ICEBERG_COMPAT_VERSIONS if prop.value_in(configuration)]
+
+
+def iceberg_compat_version(configuration: Mapping[str, str]) -> int | None:
+    """The IcebergCompat version a table with ``configuration`` enables (``None``: none)."""
+    versions = iceberg_compat_versions(configuration)
+    return versions[-1] if versions else None
+
+
 FEATURE_PROPERTIES: tuple[TableProperty, ...] = (
     ENABLE_ROW_TRACKING,
     ENABLE_TYPE_WIDENING,

@@ -47,6 +47,7 @@ from replay.data.dictionaries import (
     has_dictionaries,
 )
 from replay.data.parquet_files import ARROW_SCHEMA_KEY
+from replay.data.row_lineage import LINEAGE_COLUMNS
 from replay.protocol.actions import AddFile
 from replay.protocol.paths import resolve_path
 from replay.txn.partition_paths import encode_log_path, partition_directory, partition_value_string
@@ -334,7 +335,7 @@ class DataFileWriter:
         if not columns:
             yield (), table
             return
-        data = table.drop_columns(columns)
+        data = self._file_rows(table, columns)
         keys = table.select(columns)
         first = keys.slice(0, 1).to_pylist()[0]
         if all(_constant(keys.column(c), first[c]) for c in columns):
@@ -344,6 +345,15 @@ class DataFileWriter:
         groups = indexed.group_by(columns, use_threads=False).aggregate([("__row", "list")])
         for group in groups.to_pylist():
             yield self._key(group), data.take(pa.array(group["__row_list"], pa.int64()))
+
+    def _file_rows(self, table: pa.Table, columns: list[str]) -> pa.Table:
+        """The columns of ``table`` a data file stores, in the order of the spec's stored schema:
+        the data columns, the partition columns if files hold them, the row lineage columns."""
+        if not self.spec.partitions_in_files:
+            return table.drop_columns(columns)
+        kept = [name for name in table.column_names if name not in columns]
+        lineage = [name for name in kept if name in LINEAGE_COLUMNS]
+        return table.select([*(name for name in kept if name not in lineage), *columns, *lineage])
 
     def _key(self, values: Mapping[str, Any]) -> tuple[str | None, ...]:
         return tuple(partition_value_string(values[c], self._types[c]) for c in self.spec.partition_columns)

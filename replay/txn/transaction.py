@@ -53,6 +53,7 @@ from replay.protocol.errors import (
     VersionNotFoundError,
 )
 from replay.protocol.filenames import delta_file
+from replay.protocol.iceberg_compat import check_adds as check_iceberg_adds
 from replay.protocol.paths import normalize_path_key
 from replay.protocol.predicates import Predicate
 from replay.protocol.table_config import TableConfiguration
@@ -248,6 +249,8 @@ class Transaction:
         config.check_commit(
             removes_data=removes_data(self._actions), previous=base.config if base is not None else None
         )
+        adds = (a for a in self._actions if isinstance(a, AddFile))
+        check_iceberg_adds(adds, config.configuration, self.io.table_path)
         return config
 
     def _read_set(self) -> ReadSet:

@@ -43,6 +43,7 @@ from replay.protocol.clustering_columns import (
 )
 from replay.protocol.column_names import check_column_names
 from replay.protocol.errors import DeltaError, TableNotFoundError
+from replay.protocol.iceberg_compat import new_table_configuration
 from replay.protocol.naming import split_column_path
 from replay.protocol.schema import PrimitiveType, StructType
 from replay.protocol.sql_predicate import SqlPredicate, parse_predicate
@@ -397,7 +398,7 @@ def _new_table(data_schema: StructType, options: WriteOptions, table: str) -> tu
     _check_partitioning(partition_columns, schema, table)
     configuration = {canonical_property_key(str(k)): str(v) for k, v in options.configuration.items()}
     check_table_properties(configuration)
-    configuration = with_row_tracking_columns(configuration)
+    configuration = with_row_tracking_columns(new_table_configuration(configuration))
     metadata = Metadata(
         id=str(uuid.uuid4()),
         partition_columns=partition_columns,

@@ -25,6 +25,7 @@ from replay.protocol.constraints import TableConstraints
 from replay.protocol.identity_columns import IdentityColumnError
 from replay.protocol.sql_predicate import parse_predicate
 from replay.protocol.table_config import TableConfiguration
+from replay.protocol.table_properties import iceberg_compat_version
 from replay.txn.constraint_checks import InvariantViolationError, RowConstraints, compile_constraints
 from replay.txn.statistics import DEFAULT_NUM_INDEXED_COLS, DEFAULT_STRING_PREFIX_LENGTH
 
@@ -67,6 +68,10 @@ class FileWriteSpec:
     :attr:`~replay.protocol.table_config.TableConfiguration.materialized_row_tracking_columns`):
     the rows written then may carry them in the :mod:`replay.data.row_lineage` columns (nulls
     where they do not: fresh ids). ``None``: the files have no such columns."""
+    partitions_in_files: bool = False
+    """Whether data files also hold the partition columns, after the data columns (a table with
+    IcebergCompat, :mod:`replay.protocol.iceberg_compat`); otherwise only their paths and
+    ``partitionValues`` do."""
 
     @classmethod
     def of_table(cls, table_path: str, config: TableConfiguration, conf: Mapping[str, str]) -> FileWriteSpec:
@@ -84,6 +89,7 @@ class FileWriteSpec:
             stats_columns=config.stats_columns,
             file_schema=data_file_schema(metadata.schema, config.configuration),
             prefix_length=data_file_prefix_length(config.configuration, partitioned),
+            partitions_in_files=partitioned and iceberg_compat_version(config.configuration) is not None,
         )
 
     def compile_constraints(self) -> RowConstraints | None:
@@ -110,17 +116,25 @@ class FileWriteSpec:
 
     @cached_property
     def stored_schema(self) -> pa.Schema:
-        """The columns of the data files: :attr:`stats_schema`, then the materialized row
-        tracking columns when the write keeps them (:attr:`row_tracking`);
-        :func:`to_stored_columns` renames rows to it."""
-        if self.row_tracking is None:
-            return self.stats_schema
-        return pa.schema([*self.stats_schema, *stored_fields(self.row_tracking)])
+        """The columns of the data files: :attr:`stats_schema`, then the partition columns when
+        files hold them (:attr:`partitions_in_files`), then the materialized row tracking columns
+        when the write keeps them (:attr:`row_tracking`); :func:`to_stored_columns` renames rows
+        with these columns, in this order, to it."""
+        fields = [*self.stats_schema]
+        if self.partitions_in_files:
+            stored = self.file_schema if self.file_schema is not None else self.schema
+            names = self.schema.names
+            fields += relaxed_schema(
+                pa.schema([stored.field(names.index(c)) for c in self.partition_columns])
+            )
+        if self.row_tracking is not None:
+            fields += stored_fields(self.row_tracking)
+        return pa.schema(fields)
 
     @property
     def renames_columns(self) -> bool:
         """Whether rows are stored under other names than theirs (:func:`to_stored_columns`)."""
-        return self.file_schema is not None or self.row_tracking is not None
+        return self.file_schema is not None or self.row_tracking is not None or self.partitions_in_files
 
     @cached_property
     def partition_keys(self) -> tuple[str, ...]:
