@@ -18,6 +18,7 @@ from deltalake import DeltaTable as RustTable
 
 from replay import ConcurrentModificationError, DeltaLog, DeltaTable, write_table
 from replay.log.table_io import TableIO
+from replay.maintenance import vacuum_listing
 from replay.maintenance.vacuum import (
     VacuumRetentionError,
     plan_vacuum,
@@ -25,7 +26,7 @@ from replay.maintenance.vacuum import (
     vacuum,
     vacuum_logged,
 )
-from replay.maintenance.vacuum_listing import is_hidden
+from replay.maintenance.vacuum_listing import is_hidden, stat_local
 from replay.txn.data_writer import DataFileWriter
 from replay.txn.write_plan import WriteOptions, latest_snapshot, plan_write
 
@@ -61,6 +62,26 @@ def test_hidden_names_follow_delta() -> None:
         assert not is_hidden(name, partition)
     assert is_hidden("metadata", partition, iceberg_metadata_hidden=True)
     assert is_hidden("_p=1", ["p"])
+
+
+@pytest.mark.parametrize("cached_stat_ns", [0, 10**12], ids=["on-threads", "inline"])
+def test_local_sizes_and_times_are_read_alike_inline_or_on_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached_stat_ns: int
+) -> None:
+    """Whether the first ``stat`` s look cached or not, every file still there is read once, with
+    its size and time, in order; a file gone meanwhile is left out."""
+    monkeypatch.setattr(vacuum_listing, "STAT_BATCH", 3)
+    monkeypatch.setattr(vacuum_listing, "CACHED_STAT_NS", cached_stat_ns)
+    paths = [f"d{i % 2}/f{i}" for i in range(11)]
+    for i, path in enumerate(paths):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_bytes(b"x" * i)
+        os.utime(tmp_path / path, ns=(10**18, (1_600_000_000 + i) * 10**9))
+    listed = stat_local(str(tmp_path), [*paths[:5], "d0/gone", *paths[5:]])
+    assert listed.column("path").to_pylist() == paths
+    assert listed.column("size").to_pylist() == list(range(11))
+    assert listed.column("modification_time").to_pylist() == [(1_600_000_000 + i) * 1000 for i in range(11)]
+    assert stat_local(str(tmp_path), []).num_rows == 0
 
 
 def test_retention_is_rounded_to_hours_as_delta_does() -> None:

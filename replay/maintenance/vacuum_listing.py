@@ -18,6 +18,7 @@ references, and reads them with :func:`stat_local` (most files of a table are re
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -75,12 +76,21 @@ def _batch(paths: list[str], sizes: list[int] | None, times: list[int] | None) -
 
 
 STAT_BATCH = 2000
+CACHED_STAT_NS = 20_000
+"""Nanoseconds per file, at most, that the first batch of ``stat`` s took when the kernel answered
+them from its cache: then threads only add their own cost (a cached ``stat`` takes microseconds,
+and a thread switch about as much), and the rest are read on the calling thread too."""
 
 
 def stat_local(root: str, paths: list[str]) -> pa.Table:
-    """Size and modification time of the local files ``paths`` (relative to ``root``), read on
-    several threads (``stat`` releases the GIL); files gone meanwhile are left out."""
+    """Size and modification time of the local files ``paths`` (relative to ``root``); files
+    gone meanwhile are left out. The first batch is read on the calling thread: when its ``stat``
+    calls were answered from the kernel's cache (:data:`CACHED_STAT_NS`), so are the others;
+    otherwise (a cold cache, a network file system) the rest are read on several threads, as
+    ``stat`` releases the GIL while it waits."""
     batches = [paths[start : start + STAT_BATCH] for start in range(0, len(paths), STAT_BATCH)]
+    if not batches:
+        return LISTING_SCHEMA.empty_table()
 
     def read(batch: list[str]) -> pa.RecordBatch:
         found: list[str] = []
@@ -96,8 +106,14 @@ def stat_local(root: str, paths: list[str]) -> pa.Table:
             times.append(stat.st_mtime_ns // 1_000_000)
         return _batch(found, sizes, times)
 
-    read_batches = map_concurrently(read, batches, Work.DATA, default_threads(Work.DATA, True))
-    return pa.Table.from_batches(read_batches, schema=LISTING_SCHEMA)
+    started = time.perf_counter_ns()
+    first = read(batches[0])
+    cached = time.perf_counter_ns() - started <= CACHED_STAT_NS * len(batches[0])
+    if cached:
+        rest = [read(batch) for batch in batches[1:]]
+    else:
+        rest = map_concurrently(read, batches[1:], Work.DATA, default_threads(Work.DATA, True))
+    return pa.Table.from_batches([first, *rest], schema=LISTING_SCHEMA)
 
 
 class TableListing:
