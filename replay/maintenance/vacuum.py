@@ -45,6 +45,7 @@ from replay.maintenance.vacuum_delete import delete_empty_directories, delete_fi
 from replay.maintenance.vacuum_listing import LISTING_SCHEMA, LOCAL_SCHEMES, TableListing, stat_local
 from replay.maintenance.vacuum_referenced import ancestor_directories, referenced_files
 from replay.protocol.errors import DeltaError
+from replay.protocol.iceberg_compat import publishes_iceberg
 from replay.protocol.table_config import check_protocol_writable, check_readable
 from replay.protocol.table_properties import parse_bool
 from replay.state.snapshot import Snapshot
@@ -164,7 +165,7 @@ def plan_vacuum(
         now = int(time.time() * 1000) if now_ms is None else now_ms
         delete_before = now - (config.deleted_file_retention_ms if specified is None else specified)
     logger.info("vacuum of %s: untracked files older than %d are eligible", table, delete_before)
-    iceberg = "iceberg" in (config.configuration.get("delta.universalFormat.enabledFormats") or "").lower()
+    iceberg = publishes_iceberg(config.configuration)
     listing = TableListing(
         io.table_path, dict(io.conf), snapshot.partition_columns, iceberg_metadata_hidden=iceberg
     )
