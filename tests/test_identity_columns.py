@@ -218,10 +218,52 @@ def test_spark_writes_that_need_values_are_refused_before_any_task(spark: Any, t
         "append"
     ).save(uri)
     assert rows(uri) == [(5, "given")]
-    source = spark.createDataFrame([("new",)], "name string")
-    merge = SparkTable.forPath(spark, uri).alias("t").merge(source.alias("s"), "t.name = s.name")
-    with pytest.raises(IdentityColumnError, match="Spark's MERGE"):
-        merge.whenNotMatchedInsertAll().execute()
+
+
+def test_spark_merge_inserts_get_one_run_of_values_across_tasks(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows several tasks insert get the next values of the sequence, each once, whichever
+    task inserts them; rows a clause gives a value keep it and take none."""
+    from replay.spark import dml_merge, register
+
+    register(spark)
+    monkeypatch.setattr(dml_merge, "INSERT_ROWS_PER_TASK", 2)  # several tasks insert
+    uri = identity_table(tmp_path / "t", start=10, step=5, always=False, cdf=True)
+    write_table(uri, pa.table({"name": ["a"]}))
+    source = spark.createDataFrame([(name,) for name in "abcdefghi"], "name string").repartition(3)
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # or it makes one partition of so few rows
+    try:
+        (
+            SparkTable.forPath(spark, uri)
+            .alias("t")
+            .merge(source.alias("s"), "t.name = s.name")
+            .whenNotMatchedInsert(condition="s.name = 'h'", values={"id": "100", "name": "s.name"})
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+    written = rows(uri)
+    assert int(DeltaTable(uri).history(1)[0]["operationMetrics"]["numTargetFilesAdded"]) >= 2  # tasks
+    assert (10, "a") in written and (100, "h") in written
+    generated = sorted(value for value, name in written if name not in {"a", "h"})
+    assert generated == [15, 20, 25, 30, 35, 40, 45]  # one run from the mark, step 5
+    assert high_water_mark(uri) == 45
+    changes = table_changes(DeltaLog.for_table(uri), 2).to_pylist()
+    assert sorted(c["id"] for c in changes) == sorted([*generated, 100])
+    assert sorted(rows(uri)) == sorted(zip(*[deltalake_rows(uri)[c] for c in ("id", "name")], strict=True))
+
+
+def deltalake_rows(uri: str) -> dict[str, list[Any]]:
+    table = pa.table(
+        deltalake.QueryBuilder()
+        .register("t", deltalake.DeltaTable(uri))
+        .execute("select * from t")
+        .read_all()
+    )
+    return table.to_pydict()
 
 
 # -- the rules ---------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ by the executors, one commit on the driver.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -61,7 +62,7 @@ from replay.spark.dml_tasks import (
 )
 from replay.spark.row_ids import FILE_COLUMN, ROW_COLUMN
 from replay.spark.schema import arrow_schema
-from replay.txn.identity_values import not_generated_error
+from replay.txn.identity_values import last_values, marked_actions
 from replay.txn.write import delta_schema
 
 KEY_RANGE_ROWS = 1_000_000
@@ -117,9 +118,6 @@ def spark_merge(
         target_alias=target_alias,
         merge_schema=merge_schema,
     )
-    for clause in plan.of_kind(NOT_MATCHED):
-        for column in plan.generated_identity(clause):
-            raise not_generated_error(column, snapshot.io.shown_path, "Spark's MERGE")
     pruning, source_rows = _pruning(plan, materialized, schema)
     candidates = candidate_files(snapshot, pruning)
     files = {file.path: file for file in add_actions(candidates)}
@@ -137,7 +135,7 @@ def spark_merge(
             changes.changes,
             changes.shared,
             changes.inserted,
-            metadata_actions=metadata_actions,
+            metadata_actions=marked_actions(metadata_actions, snapshot.metadata, merge.identity_marks()),
             source_rows=source_rows,
             pruning=pruning,
             candidates=candidates,
@@ -184,6 +182,11 @@ class _SparkMerge:
         self.effects = tuple(
             ClauseEffect(*_EFFECTS[(c.spec.kind, c.action)], tuple(c.assignments)) for c in plan.clauses
         )
+        inserts = plan.of_kind(NOT_MATCHED)
+        self.identity = {c.name: c for clause in inserts for c in plan.generated_identity(clause)}
+        """The identity columns whose values inserted rows need generated."""
+        self.identity_counts: dict[str, int] = {}
+        """Per identity column, how many values the inserts generated."""
 
     def _clauses(self, kind: str) -> list[tuple[int, str | None]]:
         return [(i, c.spec.predicate) for i, c in enumerate(self.plan.clauses) if c.spec.kind == kind]
@@ -203,7 +206,7 @@ class _SparkMerge:
         if self.plan.insert_only:
             rows = self._joined(self.target.scan(version, files, self.plan.scan_columns()), "inner")
             matched = rows.select(SOURCE_ROW).distinct()
-            return run_changes(spark, self._unmatched(matched, source_rows), spec, shuffle=False)
+            return self._inserts(matched, source_rows, spec)
         decisions = self._decisions(version, files)
         self._check_matches(decisions)
         F = functions()  # noqa: N806 - PySpark's convention
@@ -212,8 +215,46 @@ class _SparkMerge:
         if self._clauses(NOT_MATCHED):
             matched = decisions.filter(F.col(SOURCE_ROW).isNotNull()).select(SOURCE_ROW).distinct()
             with discard_on_failure(changes):
-                changes.extend(run_changes(spark, self._unmatched(matched, source_rows), spec, shuffle=False))
+                changes.extend(self._inserts(matched, source_rows, spec))
         return changes
+
+    def _inserts(self, matched: Any, source_rows: int, spec: TaskSpec) -> Changes:
+        """Insert the rows no target row matched (:meth:`_unmatched`). When they need identity
+        values, the rows are materialized in the partitions the tasks then insert them from, and
+        counted per partition first (:attr:`TaskSpec.identity_before`)."""
+        rows = self._unmatched(matched, source_rows)
+        if self.identity:
+            rows = rows.localCheckpoint(eager=True)
+            spec = replace(spec, identity_before=self._identity_before(rows))
+        return run_changes(self.target.spark, rows, spec, shuffle=False)
+
+    def _identity_before(self, rows: Any) -> dict[str, dict[int, int]]:
+        """Per identity column, per partition of ``rows`` holding rows that need its values, how
+        many such rows the partitions before it hold; the totals go to :attr:`identity_counts`."""
+        F = functions()  # noqa: N806 - PySpark's convention
+        partition = F.spark_partition_id().alias("partition")
+        counted = rows.groupBy(partition, F.col(CLAUSE_COLUMN)).count().collect()
+        before: dict[str, dict[int, int]] = {}
+        for name in self.identity:
+            generating = {
+                i
+                for i, clause in enumerate(self.plan.clauses)
+                if clause.spec.kind == NOT_MATCHED and name not in clause.assignments
+            }
+            per_partition: Counter[int] = Counter()
+            for row in counted:
+                if row[CLAUSE_COLUMN] in generating:
+                    per_partition[row["partition"]] += row["count"]
+            offsets, total = {}, 0
+            for index in sorted(per_partition):
+                offsets[index], total = total, total + per_partition[index]
+            before[name] = offsets
+            self.identity_counts[name] = total
+        return before
+
+    def identity_marks(self) -> dict[str, int]:
+        """The identity high water marks the inserts move on (:func:`last_values`)."""
+        return last_values(list(self.identity.values()), self.identity_counts)
 
     def _decisions(self, version: int, files: dict[str, Any]) -> Any:
         """Pass 1: the candidate files' deciding columns joined with the source (inner; left

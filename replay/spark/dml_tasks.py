@@ -34,7 +34,7 @@ import itertools
 import pickle
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,7 @@ from replay.dml.target_rows import TargetRows, read_target_rows
 from replay.protocol.actions import AddFile
 from replay.protocol.errors import DeltaError
 from replay.spark.row_ids import FILE_COLUMN, ROW_COLUMN
+from replay.txn.identity_values import IdentityValues
 
 ACTION_COLUMN = "_replay_dml_action"
 CLAUSE_COLUMN = "_replay_dml_clause"
@@ -84,6 +85,12 @@ class TaskSpec:
     table: DmlTable
     files: Sequence[AddFile]
     clauses: tuple[ClauseEffect, ...]
+    identity_before: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    """Per identity column whose values the inserted rows need (their clause does not assign
+    it), per task (partition) index: how many of the commit's values the tasks before it
+    generate. Each task goes on from there, so the commit's values are one run from the column's
+    mark (Delta's tasks take every n-th value instead, knowing their number n, which Spark's
+    Python tasks are not told)."""
 
 
 @dataclass
@@ -134,11 +141,12 @@ def _work(spec: TaskSpec, sinks: Sinks, batches: Iterator[pa.RecordBatch], resul
     current: int | None = None
     parts: list[pa.Table] = []
     done: set[int] = set()
+    identity = _task_identity(spec)
     for batch in batches:
         rows = pa.Table.from_batches([batch])
         for file_id, run in _runs(rows):
             if file_id is None:
-                _insert(spec, sinks, run, result.inserted)
+                _insert(spec, sinks, run, result.inserted, identity)
                 continue
             if file_id != current and parts and current is not None:
                 result.changes.append(_file_change(spec, sinks, current, pa.concat_tables(parts)))
@@ -237,8 +245,24 @@ def _assigned(spec: TaskSpec, rows: pa.Table, assigned: Sequence[str], old: pa.T
     return align(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
-def _insert(spec: TaskSpec, sinks: Sinks, rows: pa.Table, inserted: Counter[str]) -> None:
-    """Write the rows to insert (each with its clause's generated columns) and their change data."""
+def _task_identity(spec: TaskSpec) -> IdentityValues | None:
+    """The identity values this task generates (:attr:`TaskSpec.identity_before`)."""
+    if not spec.identity_before:
+        return None
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    columns = [c for c in spec.table.spec.constraints.identity if c.name in spec.identity_before]
+    before = {name: offsets.get(partition, 0) for name, offsets in spec.identity_before.items()}
+    return IdentityValues(columns, before)
+
+
+def _insert(
+    spec: TaskSpec, sinks: Sinks, rows: pa.Table, inserted: Counter[str], identity: IdentityValues | None
+) -> None:
+    """Write the rows to insert (each with its clause's generated columns and identity values)
+    and their change data."""
     clauses = _numbers(rows.column(CLAUSE_COLUMN), -1)
     schema = spec.table.write_schema
     for clause in np.unique(clauses):
@@ -250,6 +274,8 @@ def _insert(spec: TaskSpec, sinks: Sinks, rows: pa.Table, inserted: Counter[str]
             effect.assigned,
             insert=True,
         )
+        if identity is not None:
+            values = identity.fill(values, [c for c in identity.columns if c.name not in effect.assigned])
         sinks.new_rows.write(values)
         sinks.write_changes(change_rows(values, CDC_TYPE_INSERT, schema))
         inserted[effect.count] += values.num_rows

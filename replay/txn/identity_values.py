@@ -28,9 +28,11 @@ from replay.protocol.identity_columns import (
 class IdentityValues:
     """The identity values one commit generates for ``columns``."""
 
-    def __init__(self, columns: Sequence[IdentityColumn]) -> None:
+    def __init__(self, columns: Sequence[IdentityColumn], generated: Mapping[str, int] | None = None) -> None:
+        """``generated``: per column, how many of the commit's values come before these (those
+        of the parallel tasks before this one)."""
         self.columns = tuple(columns)
-        self._generated: dict[str, int] = {}
+        self._generated: dict[str, int] = dict(generated or {})
         self.marks: dict[str, int] = {}
         """Per column values were generated for, the furthest of them."""
 
@@ -56,6 +58,18 @@ class IdentityValues:
         return table
 
 
+def last_values(columns: Sequence[IdentityColumn], counts: Mapping[str, int]) -> dict[str, int]:
+    """Per column, the last of the ``counts`` values a commit generated in one run from the
+    column's mark (the commit's high water marks); columns without values are left out."""
+    marks = {}
+    for column in columns:
+        count = counts.get(column.name, 0)
+        if count:
+            first, stride = column.span(0, count)
+            marks[column.name] = first + stride * (count - 1)
+    return marks
+
+
 def identity_to_generate(
     columns: Sequence[IdentityColumn], given: Collection[str], table: str | None = None
 ) -> list[IdentityColumn]:
@@ -78,7 +92,7 @@ def not_generated_error(column: IdentityColumn, table: str, engine: str) -> Iden
     return IdentityColumnError(
         f"Cannot write to table {table} with {engine}: the rows need values of the IDENTITY column "
         f"{column.name}, and its tasks do not generate identity values; write them with "
-        f"replay.write_table or replay.DeltaTable(...).merge{explicit}.",
+        f"replay.write_table or a MERGE (replay's or Spark's DeltaTable){explicit}.",
         column=column.name,
         table=table,
     )
