@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -168,6 +169,16 @@ def test_a_new_v2_table_holds_partition_values_and_nested_ids_in_every_file(tmp_
     check_files(uri)
     expected = {1: "b", 2: "z", 3: "a", 9: "a"}
     assert {row["id"]: row["p"] for row in our_rows(uri)} == expected
+    assert our_rows(uri) == rust_rows(uri)
+
+
+def test_delta_rs_refuses_to_write_what_this_library_writes(tmp_path: Path) -> None:
+    """The README's comparison: delta-rs does not write to these tables (it reads them)."""
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS.select(["id", "p"]), partition_by=["p"], configuration=V2)
+    with pytest.raises(deltalake.exceptions.CommitFailedError, match="IcebergCompatV2"):
+        deltalake.write_deltalake(uri, ROWS.select(["id", "p"]), mode="append")
+    assert DeltaTable(uri).version() == 0
     assert our_rows(uri) == rust_rows(uri)
 
 
