@@ -179,11 +179,12 @@ class _SparkMerge:
         self.source = source
         self.broadcast = broadcast
         self.on = functions().expr(condition)
+        generated = [plan.generated_identity(c) if c.spec.kind == NOT_MATCHED else [] for c in plan.clauses]
         self.effects = tuple(
-            ClauseEffect(*_EFFECTS[(c.spec.kind, c.action)], tuple(c.assignments)) for c in plan.clauses
+            ClauseEffect(*_EFFECTS[(c.spec.kind, c.action)], tuple(c.assignments), tuple(i.name for i in ids))
+            for c, ids in zip(plan.clauses, generated, strict=True)
         )
-        inserts = plan.of_kind(NOT_MATCHED)
-        self.identity = {c.name: c for clause in inserts for c in plan.generated_identity(clause)}
+        self.identity = {column.name: column for ids in generated for column in ids}
         """The identity columns whose values inserted rows need generated."""
         self.identity_counts: dict[str, int] = {}
         """Per identity column, how many values the inserts generated."""
@@ -236,11 +237,7 @@ class _SparkMerge:
         counted = rows.groupBy(partition, F.col(CLAUSE_COLUMN)).count().collect()
         before: dict[str, dict[int, int]] = {}
         for name in self.identity:
-            generating = {
-                i
-                for i, clause in enumerate(self.plan.clauses)
-                if clause.spec.kind == NOT_MATCHED and name not in clause.assignments
-            }
+            generating = {i for i, effect in enumerate(self.effects) if name in effect.identity}
             per_partition: Counter[int] = Counter()
             for row in counted:
                 if row[CLAUSE_COLUMN] in generating:

@@ -75,6 +75,8 @@ class ClauseEffect:
     action: int
     count: str
     assigned: tuple[str, ...] = ()
+    identity: tuple[str, ...] = ()
+    """The identity columns whose values the rows it inserts need generated."""
 
 
 @dataclass(frozen=True)
@@ -275,7 +277,7 @@ def _insert(
             insert=True,
         )
         if identity is not None:
-            values = identity.fill(values, [c for c in identity.columns if c.name not in effect.assigned])
+            values = identity.fill(values, [c for c in identity.columns if c.name in effect.identity])
         sinks.new_rows.write(values)
         sinks.write_changes(change_rows(values, CDC_TYPE_INSERT, schema))
         inserted[effect.count] += values.num_rows
