@@ -37,7 +37,8 @@ from tests.dml_cases import normalised, our_rows, rust_rows
 from tests.paths import GOLDEN_ROOT
 
 V1_TABLE = GOLDEN_ROOT / "dat" / "iceberg_compat_v1" / "delta"
-V2 = {"delta.enableIcebergCompatV2": "true", "delta.universalFormat.enabledFormats": "iceberg"}
+V2_KEY = "delta.enableIcebergCompatV2"
+V2 = {V2_KEY: "true", "delta.universalFormat.enabledFormats": "iceberg"}
 ROWS = pa.table(
     {
         "id": pa.array([1, 2, 3, 4], pa.int64()),
@@ -87,8 +88,10 @@ def check_files(uri: str) -> list[str]:
     physical = {f.name: f.physical_name for f in schema.fields}
     data = [physical[f.name] for f in schema.fields if f.name not in partitions]
     paths = []
+    tags = {"ICEBERG_COMPAT_VERSION": "2"} if metadata.configuration.get(V2_KEY) == "true" else None
     for file in table.snapshot.files():
         assert file.num_records is not None, file.path
+        assert file.tags == tags, file.path  # as Delta tags the files it writes under V2
         stored = pq.read_schema(Path(uri) / file.path)
         values = [physical[c] for c in partitions]
         columns = stored.names[: len(stored.names) - len(values)]

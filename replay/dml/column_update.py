@@ -92,9 +92,10 @@ def update_columns(
     started_ns: int,
 ) -> FileChange | None:
     """Rewrite ``target``'s file with the ``updated`` rows (positions, non-empty) set by
-    ``assignments``, or ``None`` when the file must be rewritten whole."""
+    ``assignments``, or ``None`` when the file must be rewritten whole (always under
+    IcebergCompat, whose files the writer lays out itself)."""
     file = target.file
-    if target.row_index is not None or file.stats is None or table.spec.partitions_in_files:
+    if target.row_index is not None or file.stats is None or table.spec.iceberg_compat is not None:
         return None
     scanned = time.perf_counter_ns()
     if target.data is None:

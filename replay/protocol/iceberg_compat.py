@@ -10,7 +10,8 @@ A version is enabled by ``delta.enableIcebergCompatV<n>=true``. As Delta's ``Ice
   ``parquet.field.nested.ids`` on the nearest struct field (given by
   :func:`~replay.protocol.column_mapping.mapped_schema` to new fields, on from
   ``delta.columnMapping.maxColumnId``);
-* data files also hold the partition columns' values, after the data columns;
+* data files also hold the partition columns' values, after the data columns, and under V2 their
+  ``add`` is tagged ``ICEBERG_COMPAT_VERSION=2`` (:func:`file_tags`), as Delta tags them;
 * every ``add`` has ``numRecords`` in its statistics;
 * deletion vectors are off, one version at most is enabled, V1 allows no array, map or void
   column and V2 only Iceberg's types;
@@ -43,6 +44,9 @@ from replay.protocol.table_properties import (
 logger = logging.getLogger(__name__)
 
 UNIVERSAL_FORMAT_KEY = "delta.universalFormat.enabledFormats"
+VERSION_TAG = "ICEBERG_COMPAT_VERSION"
+"""The ``add`` tag Delta gives the files it writes under IcebergCompatV2 (``"2"``); its REORG
+... UPGRADE UNIFORM rewrites the files without it."""
 _CHANGES_WITHOUT_REWRITE = {0: {0, 1}, 1: {0, 1}, 2: {0, 1, 2}}
 """The versions a table may move to by a property change, by the version it has (0: none)."""
 _V2_TYPES = frozenset(
@@ -66,6 +70,11 @@ def publishes_iceberg(configuration: Mapping[str, str]) -> bool:
     """Whether UniForm publishes the table as Iceberg (``delta.universalFormat.enabledFormats``)."""
     formats = configuration.get(UNIVERSAL_FORMAT_KEY, "").split(",")
     return "iceberg" in {name.strip().lower() for name in formats}
+
+
+def file_tags(version: int | None) -> dict[str, str]:
+    """The tags of the ``add`` of a data file written under IcebergCompat ``version``."""
+    return {VERSION_TAG: "2"} if version == 2 else {}
 
 
 def new_table_configuration(configuration: Mapping[str, str]) -> dict[str, str]:

@@ -125,6 +125,7 @@ class _OpenFile:
         self._fs = fs
         self._schema = spec.stored_schema
         self._renamed = spec.renames_columns
+        self._tags = dict(spec.file_tags) or None
         self._stats = StatisticsCollector(
             spec.stats_schema,
             spec.num_indexed_cols,
@@ -210,6 +211,7 @@ class _OpenFile:
             modification_time=now,
             data_change=True,
             stats=self._stats.to_json(self._writer.writer.metadata),
+            tags=self._tags,
         )
         return WrittenFile(add, self.rows)
 
@@ -413,6 +415,7 @@ class DataFileWriter:
             modification_time=int(time.time() * 1000),
             data_change=True,
             stats=encoded.stats,
+            tags=dict(self.spec.file_tags) or None,
         )
         written = WrittenFile(add, encoded.rows)
         self._written.append(written)

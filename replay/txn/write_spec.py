@@ -22,6 +22,7 @@ from replay.data.dictionaries import decode_dictionaries, is_dictionary_of
 from replay.data.row_lineage import LINEAGE_COLUMNS, stored_fields
 from replay.protocol.column_mapping import data_file_prefix_length, data_file_schema
 from replay.protocol.constraints import TableConstraints
+from replay.protocol.iceberg_compat import file_tags
 from replay.protocol.identity_columns import IdentityColumnError
 from replay.protocol.sql_predicate import parse_predicate
 from replay.protocol.table_config import TableConfiguration
@@ -68,10 +69,10 @@ class FileWriteSpec:
     :attr:`~replay.protocol.table_config.TableConfiguration.materialized_row_tracking_columns`):
     the rows written then may carry them in the :mod:`replay.data.row_lineage` columns (nulls
     where they do not: fresh ids). ``None``: the files have no such columns."""
-    partitions_in_files: bool = False
-    """Whether data files also hold the partition columns, after the data columns (a table with
-    IcebergCompat, :mod:`replay.protocol.iceberg_compat`); otherwise only their paths and
-    ``partitionValues`` do."""
+    iceberg_compat: int | None = None
+    """The IcebergCompat version the table enables (:mod:`replay.protocol.iceberg_compat`):
+    then data files hold the partition columns too (:attr:`partitions_in_files`) and their
+    ``add`` s carry :attr:`file_tags`."""
 
     @classmethod
     def of_table(cls, table_path: str, config: TableConfiguration, conf: Mapping[str, str]) -> FileWriteSpec:
@@ -89,7 +90,7 @@ class FileWriteSpec:
             stats_columns=config.stats_columns,
             file_schema=data_file_schema(metadata.schema, config.configuration),
             prefix_length=data_file_prefix_length(config.configuration, partitioned),
-            partitions_in_files=partitioned and iceberg_compat_version(config.configuration) is not None,
+            iceberg_compat=iceberg_compat_version(config.configuration),
         )
 
     def compile_constraints(self) -> RowConstraints | None:
@@ -103,6 +104,17 @@ class FileWriteSpec:
         constraints, not the file schema, keep the others non-null)."""
         partitions = set(self.partition_columns)
         return pa.schema([f for f in relaxed_schema(self.schema) if f.name not in partitions])
+
+    @property
+    def partitions_in_files(self) -> bool:
+        """Whether data files also hold the partition columns, after the data columns (under
+        IcebergCompat); otherwise only their paths and ``partitionValues`` do."""
+        return bool(self.partition_columns) and self.iceberg_compat is not None
+
+    @cached_property
+    def file_tags(self) -> dict[str, str]:
+        """The tags of the ``add`` of each data file written (none on most tables)."""
+        return file_tags(self.iceberg_compat)
 
     @cached_property
     def stats_schema(self) -> pa.Schema:
