@@ -26,6 +26,7 @@ from replay.protocol.schema import (
     MapType,
     StructField,
     StructType,
+    nested_types,
 )
 from replay.protocol.table_properties import (
     COLUMN_MAPPING_MODE,
@@ -135,15 +136,9 @@ def _ids(data_type: DataType) -> list[int]:
 
 def _all_fields(data_type: DataType) -> Iterator[StructField]:
     """Every struct field of ``data_type``, nested ones too (in arrays and maps)."""
-    if isinstance(data_type, StructType):
-        for struct_field in data_type.fields:
-            yield struct_field
-            yield from _all_fields(struct_field.type)
-    elif isinstance(data_type, ArrayType):
-        yield from _all_fields(data_type.element_type)
-    elif isinstance(data_type, MapType):
-        yield from _all_fields(data_type.key_type)
-        yield from _all_fields(data_type.value_type)
+    for inner in nested_types(data_type):
+        if isinstance(inner, StructType):
+            yield from inner.fields
 
 
 def assign_column_mapping(

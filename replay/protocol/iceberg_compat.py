@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 
 from replay.protocol.actions import AddFile, Metadata, Protocol
 from replay.protocol.errors import DeltaError
-from replay.protocol.schema import ArrayType, DataType, MapType, PrimitiveType, StructType
+from replay.protocol.schema import ArrayType, MapType, PrimitiveType, StructType, nested_types
 from replay.protocol.table_properties import (
     COLUMN_MAPPING_MODE,
     ENABLE_DELETION_VECTORS,
@@ -196,7 +196,7 @@ def _unsupported_type(schema: StructType, version: int) -> tuple[str, str] | Non
     """The first top-level column of ``schema`` holding a type IcebergCompatV``version`` does
     not allow, and that type (``None``: none)."""
     for struct_field in schema.fields:
-        for data_type in _types(struct_field.type):
+        for data_type in nested_types(struct_field.type):
             if version == 1 and isinstance(data_type, ArrayType | MapType):
                 return struct_field.name, "array" if isinstance(data_type, ArrayType) else "map"
             if isinstance(data_type, PrimitiveType) and not _allows(version, data_type):
@@ -208,15 +208,3 @@ def _allows(version: int, data_type: PrimitiveType) -> bool:
     if version == 1:
         return data_type.name != "void"
     return data_type.is_decimal or data_type.name in _V2_TYPES
-
-
-def _types(data_type: DataType) -> Iterable[DataType]:
-    yield data_type
-    if isinstance(data_type, StructType):
-        for struct_field in data_type.fields:
-            yield from _types(struct_field.type)
-    elif isinstance(data_type, ArrayType):
-        yield from _types(data_type.element_type)
-    elif isinstance(data_type, MapType):
-        yield from _types(data_type.key_type)
-        yield from _types(data_type.value_type)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +186,20 @@ def arrow_type(data_type: DataType, physical: bool = False) -> pa.DataType:
     if isinstance(data_type, StructType):
         return data_type.to_arrow_type(physical)
     return data_type.to_arrow(physical)
+
+
+def nested_types(data_type: DataType) -> Iterator[DataType]:
+    """``data_type`` and every type inside it (struct fields', array elements', map keys' and
+    values'), outer ones first."""
+    yield data_type
+    if isinstance(data_type, StructType):
+        for struct_field in data_type.fields:
+            yield from nested_types(struct_field.type)
+    elif isinstance(data_type, ArrayType):
+        yield from nested_types(data_type.element_type)
+    elif isinstance(data_type, MapType):
+        yield from nested_types(data_type.key_type)
+        yield from nested_types(data_type.value_type)
 
 
 def physical_name(struct_field: StructField) -> str:
