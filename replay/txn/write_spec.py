@@ -132,6 +132,8 @@ class FileWriteSpec:
         files hold them (:attr:`partitions_in_files`), then the materialized row tracking columns
         when the write keeps them (:attr:`row_tracking`); :func:`to_stored_columns` renames rows
         with these columns, in this order, to it."""
+        if not self.partitions_in_files and self.row_tracking is None:
+            return self.stats_schema
         fields = [*self.stats_schema]
         if self.partitions_in_files:
             stored = self.file_schema if self.file_schema is not None else self.schema
