@@ -186,8 +186,8 @@ class _SparkMerge:
         )
         self.identity = {column.name: column for ids in generated for column in ids}
         """The identity columns whose values inserted rows need generated."""
-        self.identity_counts: dict[str, int] = {}
-        """Per identity column, how many values the inserts generated."""
+        self.identity_rows: dict[str, Counter[int]] = {}
+        """Per identity column, per partition of the rows to insert, how many need its values."""
 
     def _clauses(self, kind: str) -> list[tuple[int, str | None]]:
         return [(i, c.spec.predicate) for i, c in enumerate(self.plan.clauses) if c.spec.kind == kind]
@@ -226,32 +226,29 @@ class _SparkMerge:
         rows = self._unmatched(matched, source_rows)
         if self.identity:
             rows = rows.localCheckpoint(eager=True)
-            spec = replace(spec, identity_before=self._identity_before(rows))
+            self.identity_rows = self._count_identity_rows(rows)
+            before = {name: _running_sums(counts) for name, counts in self.identity_rows.items()}
+            spec = replace(spec, identity_before=before)
         return run_changes(self.target.spark, rows, spec, shuffle=False)
 
-    def _identity_before(self, rows: Any) -> dict[str, dict[int, int]]:
-        """Per identity column, per partition of ``rows`` holding rows that need its values, how
-        many such rows the partitions before it hold; the totals go to :attr:`identity_counts`."""
+    def _count_identity_rows(self, rows: Any) -> dict[str, Counter[int]]:
+        """Per identity column, per partition of ``rows``, how many of its rows need its values."""
         F = functions()  # noqa: N806 - PySpark's convention
         partition = F.spark_partition_id().alias("partition")
         counted = rows.groupBy(partition, F.col(CLAUSE_COLUMN)).count().collect()
-        before: dict[str, dict[int, int]] = {}
+        per_column: dict[str, Counter[int]] = {}
         for name in self.identity:
             generating = {i for i, effect in enumerate(self.effects) if name in effect.identity}
-            per_partition: Counter[int] = Counter()
+            per_column[name] = Counter()
             for row in counted:
                 if row[CLAUSE_COLUMN] in generating:
-                    per_partition[row["partition"]] += row["count"]
-            offsets, total = {}, 0
-            for index in sorted(per_partition):
-                offsets[index], total = total, total + per_partition[index]
-            before[name] = offsets
-            self.identity_counts[name] = total
-        return before
+                    per_column[name][row["partition"]] += row["count"]
+        return per_column
 
     def identity_marks(self) -> dict[str, int]:
         """The identity high water marks the inserts move on (:func:`last_values`)."""
-        return last_values(list(self.identity.values()), self.identity_counts)
+        totals = {name: sum(counts.values()) for name, counts in self.identity_rows.items()}
+        return last_values(list(self.identity.values()), totals)
 
     def _decisions(self, version: int, files: dict[str, Any]) -> Any:
         """Pass 1: the candidate files' deciding columns joined with the source (inner; left
@@ -330,3 +327,11 @@ class _SparkMerge:
                 value = F.when(test, chosen) if value is None else value.when(test, chosen)
             values.append(value if value is not None else F.lit(None).cast(data_type))
         return values
+
+
+def _running_sums(counts: Counter[int]) -> dict[int, int]:
+    """Per partition, the sum of ``counts`` of the partitions before it."""
+    sums, total = {}, 0
+    for index in sorted(counts):
+        sums[index], total = total, total + counts[index]
+    return sums
