@@ -31,6 +31,8 @@ def spark_type(data_type: pa.DataType) -> str:
         return f"decimal({data_type.precision},{data_type.scale})"
     if pa.types.is_timestamp(data_type):
         return "timestamp" if data_type.tz else "timestamp_ntz"
+    if pa.types.is_duration(data_type):  # what Spark types a computed day-time interval
+        return "interval day to second"
     names = {
         pa.int8(): "tinyint",
         pa.int16(): "smallint",

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from replay.protocol.sql import FUNCTIONS, ExpressionError, ExpressionEvaluationError, parse_expression
 from replay.protocol.sql import datatypes as sqltypes
 from replay.protocol.sql import syntax as sx
+from replay.protocol.sql.interval_literals import MICROS, IntervalLiteral
 
 UTC = dt.UTC
 
@@ -40,7 +41,41 @@ def _float32(value: float) -> float:
     return float(struct.unpack("<f", struct.pack("<f", value))[0])
 
 
+def _interval(kind: str, count: int, micros: int) -> sx.Interval:
+    """A literal of fields ``kind`` (``year``, ``year-month``, ``day-second`` ...) whose value its
+    smallest field can hold: ``count`` of that field, or ``micros`` for seconds."""
+    start, _, end = kind.partition("-")
+    end = end or start
+    if start in ("year", "month"):
+        return sx.Interval(IntervalLiteral(count * (12 if end == "year" else 1), 0, start, end))
+    size = MICROS[end] if end != "second" else 1
+    value = (micros if end == "second" else count) * size
+    return sx.Interval(IntervalLiteral(0, value, start, end))
+
+
+INTERVAL_KINDS = [
+    "year",
+    "month",
+    "year-month",
+    "day",
+    "hour",
+    "minute",
+    "second",
+    "day-hour",
+    "day-minute",
+    "day-second",
+    "hour-minute",
+    "hour-second",
+    "minute-second",
+]
+intervals = st.builds(
+    _interval,
+    st.sampled_from(INTERVAL_KINDS),
+    st.integers(-(10**6), 10**6),
+    st.integers(-(10**15), 10**15),
+)
 literals = st.one_of(
+    intervals,
     st.integers(-(2**31), 2**31 - 1).map(lambda v: sx.Literal(v, pa.int32())),
     st.integers(-(2**63), 2**63 - 1).map(lambda v: sx.Literal(v, pa.int64())),
     st.integers(-(2**15), 2**15 - 1).map(lambda v: sx.Literal(v, pa.int16())),

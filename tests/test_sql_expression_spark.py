@@ -68,6 +68,11 @@ EXPRESSIONS = [
     "year(d) * 100 + month(d)",
     "nullif(b, 0)",
     "a % 3",
+    "d + INTERVAL 1 MONTH",
+    "d - INTERVAL '1 12' DAY TO HOUR",
+    "d - DATE '2024-01-01'",
+    "d + INTERVAL 1 DAY * b",
+    "d - INTERVAL 1 MONTH * b",
 ]
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from replay.protocol.sql import coercion, operators, syntax
+from replay.protocol.sql import coercion, intervals, operators, syntax
 from replay.protocol.sql import datatypes as types
 from replay.protocol.sql.bound import (
     BAnd,
@@ -75,6 +75,8 @@ class Binder:
     def __init__(self, scopes: Scopes, now: _dt.datetime) -> None:
         self.scopes = scopes
         self.now = now
+        self._days: dict[int, Bound] = {}
+        """The bound intervals of Spark's type ``INTERVAL DAY`` (a DATE plus one is a DATE)."""
 
     def bind(self, node: syntax.Node) -> Bound:
         bound = self._bind(node)
@@ -90,7 +92,16 @@ class Binder:
             return node
         if not isinstance(value, pa.Scalar):
             value = value[0]
-        return BLiteral(node.type, node.position, value)
+        return self._day(BLiteral(node.type, node.position, value), self._is_day(node))
+
+    def _day(self, node: Bound, day: bool) -> Bound:
+        """``node``, remembered as an ``INTERVAL DAY`` if ``day``."""
+        if day:
+            self._days[id(node)] = node
+        return node
+
+    def _is_day(self, node: Bound) -> bool:
+        return self._days.get(id(node)) is node
 
     # -- nodes -------------------------------------------------------------------------------------------
     def _bind(self, node: syntax.Node) -> Bound:
@@ -98,6 +109,9 @@ class Binder:
             return BLiteral(node.type, node.position, pa.scalar(node.value, node.type))
         if isinstance(node, syntax.Column):
             return self._column(node)
+        if isinstance(node, syntax.Interval):
+            literal = node.value
+            return self._day(BLiteral(literal.data_type, node.position, literal.scalar()), literal.day)
         if isinstance(node, syntax.Call):
             return self._call(node.name, node.args, node)
         bound_children = {id(child): self.bind(child) for child in node.children()}
@@ -114,6 +128,8 @@ class Binder:
                     node.position,
                     coercion.implicit(operand, coercion.BOOLEAN, site, 0, syntax.to_sql(node.operand)),
                 )
+            if intervals.is_interval(operand.type):
+                return self._day(intervals.negation(operand), self._is_day(operand))
             typed = coercion.implicit(operand, coercion.NUMERIC, site, 0, syntax.to_sql(node.operand))
             return BCall(typed.type, node.position, "negative", (typed,), operators.negate)
         if isinstance(node, syntax.Binary):
@@ -238,7 +254,10 @@ class Binder:
         return spec.bind(bound, call)
 
     def _compare(self, op: str, left: Bound, right: Bound, site: coercion.Site) -> Bound:
-        left, right = coercion.comparison_operands(left, right, site, op)
+        if intervals.is_interval(left.type) or intervals.is_interval(right.type):
+            left, right = intervals.comparison_operands(left, right, site)
+        else:
+            left, right = coercion.comparison_operands(left, right, site, op)
         return BCompare(types.BOOLEAN, site.position, op, left, right)
 
     def _binary(self, op: str, left: Bound, right: Bound, site: coercion.Site, node: syntax.Binary) -> Bound:
@@ -263,8 +282,12 @@ class Binder:
             left, right = coercion.cast_to(left, types.DOUBLE), coercion.cast_to(right, types.DOUBLE)
         elif pa.types.is_null(lt) or pa.types.is_null(rt):
             known = rt if pa.types.is_null(lt) else lt
-            known = types.DOUBLE if types.is_string(known) else known
-            left, right = coercion.cast_to(left, known), coercion.cast_to(right, known)
+            if op in ("*", "/") and intervals.is_interval(known):  # an interval times NULL: a number
+                left = coercion.cast_to(left, types.DOUBLE) if pa.types.is_null(lt) else left
+                right = coercion.cast_to(right, types.DOUBLE) if pa.types.is_null(rt) else right
+            else:
+                known = types.DOUBLE if types.is_string(known) else known
+                left, right = coercion.cast_to(left, known), coercion.cast_to(right, known)
         lt, rt = left.type, right.type
         if types.is_string(lt) and types.is_string(rt):
             raise site.mismatch(
@@ -275,6 +298,9 @@ class Binder:
             left = coercion.cast_to(left, types.string_in_arithmetic(rt))
         elif types.is_string(rt) and types.is_numeric(lt):
             right = coercion.cast_to(right, types.string_in_arithmetic(lt))
+        with_intervals = intervals.bind_arithmetic(op, left, right, site, self._is_day)
+        if with_intervals is not None:
+            return self._day(*with_intervals)
         if op in ("+", "-") and (pa.types.is_date(left.type) or pa.types.is_date(right.type)):
             return self._date_arithmetic(op, left, right, site, node)
         lt, rt = left.type, right.type

@@ -88,6 +88,10 @@ def type_name(data_type: pa.DataType) -> str:
         return f"DECIMAL({data_type.precision},{data_type.scale})"
     if pa.types.is_timestamp(data_type):
         return "TIMESTAMP" if data_type.tz is not None else "TIMESTAMP_NTZ"
+    if pa.types.is_duration(data_type):
+        return "INTERVAL DAY TO SECOND"
+    if pa.types.is_interval(data_type):
+        return "INTERVAL YEAR TO MONTH"
     if pa.types.is_struct(data_type):
         fields = ", ".join(f"{f.name}: {type_name(f.type)}" for f in data_type)
         return f"STRUCT<{fields}>"

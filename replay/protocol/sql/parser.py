@@ -15,8 +15,9 @@ Precedence, loosest first, as Spark's grammar has it::
 
 A predicate applies to the whole comparison before it (``x = 1 IS NULL`` tests ``x = 1``) and at
 most one follows it. ``-`` directly before a number is part of the literal (``-2147483648`` is an
-INT). ``DATE``, ``TIMESTAMP``, ``TIMESTAMP_NTZ`` and ``X`` make typed literals only before a string
-and are ordinary names otherwise; the words of the grammar (``AND``, ``CASE``, ``IN`` ...) need
+INT). ``DATE``, ``TIMESTAMP``, ``TIMESTAMP_NTZ`` and ``X`` make typed literals only before a string,
+and ``INTERVAL`` before a string or a unit-value pair (``INTERVAL 1 DAY``); they are ordinary
+names otherwise; the words of the grammar (``AND``, ``CASE``, ``IN`` ...) need
 backquotes to be column names. Adjacent string literals are one string (``'a' 'b'`` is ``'ab'``).
 Function names are checked against the registry here: an unknown function or a wrong number of
 arguments is an error at parse time, naming the position.
@@ -31,7 +32,7 @@ import struct
 import pyarrow as pa
 
 from replay.protocol.sql import datatypes as types
-from replay.protocol.sql import syntax
+from replay.protocol.sql import interval_literals, syntax
 from replay.protocol.sql.casts import parse_datetime_literal
 from replay.protocol.sql.cursor import TokenCursor
 from replay.protocol.sql.errors import ExpressionError
@@ -224,6 +225,8 @@ class _Parser(TokenCursor[Token]):
         if word in _TYPED and self.peek().kind == "string":
             self.advance()
             return self.typed_literal(word, self.advance(), token.position)
+        if word == "interval" and (self.peek().kind == "string" or self.interval_pair_at(1)):
+            return self.interval()
         if word == "case":
             return self.case()
         if word == "cast" and self.peek().text == "(":
@@ -361,6 +364,42 @@ class _Parser(TokenCursor[Token]):
             raise self.invalid(
                 f"[DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION] {spelled} has more than 38 digits", position
             ) from None
+
+    def interval_pair_at(self, offset: int) -> bool:
+        """Whether a unit-value pair (``[-]1 DAY``, ``'1' DAY``) starts ``offset`` tokens ahead."""
+        value = self.peek(offset)
+        if value.kind == "op" and value.text in ("-", "+"):
+            offset, value = offset + 1, self.peek(offset + 1)
+            if value.kind != "number":
+                return False
+        unit = self.peek(offset + 1)
+        unit_word = unit.kind == "word" and interval_literals.unit_field(unit.text) is not None
+        return value.kind in ("number", "string") and unit_word
+
+    def interval(self) -> syntax.Node:
+        """``INTERVAL`` and its unit-value pairs, its string of pairs, or its from-to string."""
+        start = self.advance().position
+        first = self.token
+        try:
+            if first.kind == "string" and not self.interval_pair_at(0):
+                self.advance()
+                return syntax.Interval(interval_literals.from_text(str(first.value)), position=start)
+            pairs: list[tuple[str, str]] = []
+            while self.interval_pair_at(0):
+                sign = self.take_op("-", "+")
+                value = self.advance()
+                number = str(value.value) if value.kind == "string" else value.text
+                pairs.append(((sign.text if sign is not None else "") + number, self.advance().text))
+                if len(pairs) == 1 and value.kind == "string" and self.token.is_word("to"):
+                    self.advance()
+                    if self.token.kind != "word":
+                        raise self.error("an interval unit after TO")
+                    end = self.advance().text
+                    literal = interval_literals.from_range(number, pairs[0][1], end)
+                    return syntax.Interval(literal, position=start)
+            return syntax.Interval(interval_literals.from_pairs(pairs), position=start)
+        except interval_literals.IntervalFormatError as exc:
+            raise self.invalid(f"[{exc.error_class}] {exc}", first.position, exc.error_class) from None
 
     def typed_literal(self, word: str, token: Token, position: int) -> syntax.Node:
         data_type = _TYPED[word]

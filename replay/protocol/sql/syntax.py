@@ -7,7 +7,8 @@ qualifiers are decided when binding); function names are lowercase.
 
 Literals hold Python values with their SQL type: ``int`` (INT/BIGINT/SMALLINT/TINYINT),
 ``decimal.Decimal``, ``float`` (DOUBLE/FLOAT), ``str``, ``bytes``, ``bool``, ``datetime.date``,
-``datetime.datetime`` (aware in UTC for TIMESTAMP, naive for TIMESTAMP_NTZ) or ``None`` (VOID).
+``datetime.datetime`` (aware in UTC for TIMESTAMP, naive for TIMESTAMP_NTZ) or ``None`` (VOID);
+``INTERVAL`` literals are :class:`Interval` nodes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from replay.protocol.sql import datatypes as types
+from replay.protocol.sql.interval_literals import IntervalLiteral
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +46,13 @@ class Node:
 class Literal(Node):
     value: object
     type: pa.DataType
+
+
+@dataclass(frozen=True)
+class Interval(Node):
+    """An ``INTERVAL`` literal (:mod:`replay.protocol.sql.intervals`)."""
+
+    value: IntervalLiteral
 
 
 @dataclass(frozen=True)
@@ -173,6 +182,8 @@ def to_sql(node: Node, quote: Callable[[str], str] | None = None) -> str:
         return literal_sql(node.value, node.type)
     if isinstance(node, Column):
         return ".".join(quote(part) for part in node.parts)
+    if isinstance(node, Interval):
+        return node.value.sql()
     if isinstance(node, Unary):
         return f"(NOT {sql(node.operand)})" if node.op == "NOT" else f"(-({sql(node.operand)}))"
     if isinstance(node, Binary):
