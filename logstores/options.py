@@ -29,6 +29,7 @@ FSSPEC_PROTOCOLS: dict[str, str] = {
     "s3n": "s3",
     "gs": "gcs",
     "abfss": "abfs",
+    "az": "abfs",
     "wasb": "abfs",
     "wasbs": "abfs",
 }

@@ -70,13 +70,16 @@ SCHEME_DEFAULTS: dict[str, str] = {
     "adl": "azure",
     "wasb": "azure",
     "wasbs": "azure",
+    "az": "azure",
     "gs": "gcs",
+    "gcs": "gcs",
     "file": "local",
     "memory": "memory",
 }
 """URI scheme -> alias of the store used when no ``spark.delta.logStore.<scheme>.impl`` is set.
 
-A bare local path has the scheme ``file`` (see :func:`logstores.delegating.store_scheme`)."""
+A bare local path has the scheme ``file`` (see :func:`logstores.delegating.store_scheme`). ``az``
+and ``gcs`` are fsspec's (and delta-rs's) names for Azure and GCS, which Hadoop does not have."""
 
 DEFAULT_SCHEME_STORE = "hdfs"
 """Alias of the store for schemes missing from :data:`SCHEME_DEFAULTS`."""

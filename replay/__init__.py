@@ -60,7 +60,7 @@ from replay.protocol.identity_columns import IdentityColumnError
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
-from replay.table import DeltaTable
+from replay.table import DeltaTable, write_deltalake
 from replay.txn.checkpoint_writer import CheckpointResult
 from replay.txn.committer import Committer, FileSystemCommitter
 from replay.txn.constraint_checks import InvariantViolationError
@@ -122,5 +122,6 @@ __all__ = [
     "parse_action",
     "parse_actions",
     "table_changes",
+    "write_deltalake",
     "write_table",
 ]

@@ -4,8 +4,10 @@ Code written for ``deltalake.DeltaTable`` ports with its import changed: the rea
 ``schema``, ``files``, ``file_uris``, ``to_pyarrow_table``, ``to_pandas``, ``history``,
 ``load_as_version``, ``load_cdf``), the row-level changes (``delete``, ``update``, ``merge``) and
 the maintenance operations (``optimize``, ``vacuum``, ``restore``, ``alter``,
-``create_checkpoint``, ``cleanup_metadata``). Storage settings are the same ``conf`` every other
-entry point takes (a Spark-style mapping: ``spark.delta.logStore.*``, ``fs.s3a.*`` ...).
+``create_checkpoint``, ``cleanup_metadata``), and :func:`write_deltalake`. Storage settings are
+the same ``conf`` every other entry point takes (a Spark-style mapping:
+``spark.delta.logStore.*``, ``fs.s3a.*`` ...), or delta-rs's ``storage_options``
+(:mod:`logstores.delta_rs_options`), or both.
 
 Like delta-rs's, a ``DeltaTable`` is loaded at one version: reads and the operations work from
 that version, an operation that commits moves the object to the version it committed, and
@@ -17,12 +19,14 @@ that version, an operation that commits moves the object to the version it commi
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from logstores.conf import ConfLike
+from logstores.conf import ConfLike, to_conf_dict
+from logstores.delta_rs_options import with_storage_options
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
 from replay.dml.delete import delete_rows
@@ -40,7 +44,7 @@ from replay.state.scan import Filter
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult
 from replay.txn.transaction import Transaction
-from replay.txn.write import ArrowData
+from replay.txn.write import ArrowData, InvalidWriteOptionError, write_table
 
 if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
     import pandas as pd
@@ -53,14 +57,27 @@ class DeltaTable:
     errors of :meth:`replay.DeltaLog.snapshot` for a version that cannot be loaded.
     """
 
-    def __init__(self, table_uri: str, version: int | None = None, conf: ConfLike | None = None) -> None:
-        self._log = DeltaLog.for_table(table_uri, conf)
+    def __init__(
+        self,
+        table_uri: str | os.PathLike[str],
+        version: int | None = None,
+        conf: ConfLike | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        uri = os.fspath(table_uri)
+        self._log = DeltaLog.for_table(uri, with_storage_options(uri, conf, storage_options))
         self._snapshot = self._log.snapshot(version) if version is not None else self._log.update()
 
     @staticmethod
-    def is_deltatable(table_uri: str, conf: ConfLike | None = None) -> bool:
+    def is_deltatable(
+        table_uri: str | os.PathLike[str],
+        storage_options: Mapping[str, str] | None = None,
+        conf: ConfLike | None = None,
+    ) -> bool:
         """Whether ``table_uri`` holds a Delta table (a log with at least one commit)."""
-        return DeltaLog.for_table(table_uri, conf).table_exists()
+        uri = os.fspath(table_uri)
+        return DeltaLog.for_table(uri, with_storage_options(uri, conf, storage_options)).table_exists()
 
     def __repr__(self) -> str:
         return f"DeltaTable({self._log.io.shown_path!r}, version={self.version()})"
@@ -293,3 +310,68 @@ class DeltaTable:
         """delta-rs's ``TableOptimizer``: ``compact``, ``z_order``, and ``purge_deletion_vectors``
         (Delta's ``REORG TABLE ... APPLY (PURGE)``), each from the loaded version."""
         return TableOptimizer(lambda: self._snapshot, self._moved_to)
+
+
+def write_deltalake(
+    table_or_uri: str | os.PathLike[str] | DeltaTable,
+    data: ArrowData,
+    *,
+    partition_by: list[str] | str | None = None,
+    mode: str = "error",
+    name: str | None = None,
+    description: str | None = None,
+    configuration: Mapping[str, str | None] | None = None,
+    schema_mode: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    predicate: str | None = None,
+    target_file_size: int | None = None,
+    writer_properties: object | None = None,
+    commit_properties: object | None = None,
+    post_commithook_properties: object | None = None,
+    conf: ConfLike | None = None,
+) -> None:
+    """deltalake's ``write_deltalake``, on :func:`~replay.txn.write.write_table`.
+
+    ``mode`` is ``error`` (the default: the table must not exist), ``append``, ``overwrite`` or
+    ``ignore``; ``schema_mode="merge"`` adds new columns, ``"overwrite"`` (with
+    ``mode="overwrite"``) replaces the schema; ``predicate`` overwrites only the rows it selects
+    (``replaceWhere``); ``name``, ``description``, ``partition_by`` and ``configuration`` shape a
+    new table. ``storage_options`` are delta-rs's (``AWS_ENDPOINT_URL``, ...) and ``conf`` this
+    library's settings. ``target_file_size``, ``writer_properties``, ``commit_properties`` and
+    ``post_commithook_properties`` are refused when given (:class:`InvalidWriteOptionError`
+    naming them), not ignored. Raises what ``write_table`` raises.
+    """
+    refused = {
+        "target_file_size": target_file_size,
+        "writer_properties": writer_properties,
+        "commit_properties": commit_properties,
+        "post_commithook_properties": post_commithook_properties,
+    }
+    given = [key for key, value in refused.items() if value is not None]
+    if given:
+        raise InvalidWriteOptionError(
+            f"write_deltalake: {', '.join(given)} not supported; write_table takes max_rows_per_file, "
+            "txn_app_id/txn_version and user_metadata, and OPTIMIZE compacts to a target size"
+        )
+    if schema_mode not in (None, "merge", "overwrite"):
+        raise InvalidWriteOptionError(
+            f"schema_mode must be 'merge', 'overwrite' or None, not {schema_mode!r}"
+        )
+    if isinstance(table_or_uri, DeltaTable):  # the table's settings, then the ones given here
+        uri, conf = table_or_uri.table_uri, {**table_or_uri.delta_log.conf, **to_conf_dict(conf)}
+    else:
+        uri = os.fspath(table_or_uri)
+    settings = with_storage_options(uri, conf, storage_options)
+    write_table(
+        uri,
+        data,
+        mode=mode,
+        partition_by=[partition_by] if isinstance(partition_by, str) else partition_by,
+        conf=settings,
+        configuration={key: value for key, value in (configuration or {}).items() if value is not None},
+        merge_schema=schema_mode == "merge",
+        overwrite_schema=schema_mode == "overwrite",
+        replace_where=predicate,
+        name=name,
+        description=description,
+    )

@@ -190,6 +190,10 @@ WRITE_SPARK = ("Writing from Spark", "from replay.spark import register")
 WRITE_PYTHON = ("Writing from Python", "from replay import DeltaLog, delete_files, write_table")
 TRANSACTION = ("Transactions and concurrent writers", "from replay import DeltaLog, AddFile")
 CHANGING_ROWS = ("Changing rows", "from replay import DeltaTable")
+FROM_DELTA_RS = (
+    "Coming from delta-rs",
+    "from replay import DeltaTable, write_deltalake   # was: from deltalake import ...",
+)
 CDC_TO_MERGE = ("Changing rows", "import pyarrow as pa")
 COMPACTION = ("Compaction and Z-order", "from replay import DeltaTable")
 VACUUM = ("Vacuum", "from replay import DeltaTable")
@@ -214,6 +218,7 @@ RUN_HERE = {
     WRITE_PYTHON: "test_the_python_examples_on_s3",
     TRANSACTION: "test_the_python_examples_on_s3",
     CHANGING_ROWS: "test_the_python_examples_on_s3",
+    FROM_DELTA_RS: "test_the_delta_rs_port_example_runs_as_written",
     CDC_TO_MERGE: "test_the_cdc_to_merge_pipeline_runs_as_written",
     COMPACTION: "test_the_maintenance_examples_on_s3",
     VACUUM: "test_the_maintenance_examples_on_s3",
@@ -414,6 +419,25 @@ def example_tables(moto_server: MotoServer) -> ExampleTables:
 
 
 @pytest.mark.cloud
+@pytest.mark.cloud
+def test_the_delta_rs_port_example_runs_as_written(moto_server: MotoServer) -> None:
+    from deltalake import DeltaTable as RustTable
+
+    bucket, today = moto_server.create_bucket(), dt.datetime.now(dt.UTC).date()
+    days = [today - dt.timedelta(days=age) for age in (200, 100, 10, 0)]
+    rows = pa.table({"day": pa.array(days, pa.date32()), "id": pa.array(range(4), pa.int64())})
+    more = pa.table({"day": pa.array([today], pa.date32()), "id": pa.array([4], pa.int64()), "note": ["x"]})
+    namespace = run_example(
+        FROM_DELTA_RS,
+        {"http://127.0.0.1:9000": moto_server.endpoint, '"..."': '"test"', "s3://bucket/": f"s3://{bucket}/"},
+        {"rows": rows, "more": more},
+    )
+    uri = f"s3://{bucket}/orders"
+    theirs = RustTable(uri, storage_options=namespace["options"]).to_pyarrow_table()
+    assert sorted(theirs.column("id").to_pylist()) == [2, 3, 4]  # 200 and 100 days old: deleted
+    assert "note" in theirs.schema.names  # schema_mode="merge" added it
+
+
 def test_the_python_examples_on_s3(example_tables: ExampleTables) -> None:
     from replay import DeltaLog
 

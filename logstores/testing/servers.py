@@ -33,14 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from logstores.delta_rs_options import AZURITE_ACCOUNT, AZURITE_KEY
+
 AWS_TEST_KEY = "test-access-key"
 AWS_TEST_SECRET = "test-secret-key"  # moto accepts any credentials
 AWS_TEST_REGION = "us-east-1"
 GCS_PROJECT = "test-project"
-AZURITE_ACCOUNT = "devstoreaccount1"
-AZURITE_KEY = (  # Azurite's documented, public development key
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-)
+
 AZURITE_VERSION = "3.35.0"
 """The Azurite release known to work here (3.36 and later need Node.js 22)."""
 AZURITE_INSTALL = f"npm install --no-save --prefix .tools azurite@{AZURITE_VERSION}"

@@ -155,6 +155,8 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     txn_version: int | None = None,
     user_metadata: str | None = None,
     cluster_by: list[str] | None = None,
+    name: str | None = None,
+    description: str | None = None,
 ) -> int | None:
     """Write ``arrow_table`` to the Delta table at ``table_uri``; returns the committed version.
 
@@ -173,7 +175,8 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
 
     The first write creates the table (protocol + metadata) with ``partition_by`` or
     ``cluster_by`` (a clustered table, Delta's ``CLUSTER BY``: OPTIMIZE clusters it) and the table
-    properties ``configuration`` (e.g. ``delta.enableChangeDataFeed``). Later writes must fit the
+    properties ``configuration`` (e.g. ``delta.enableChangeDataFeed``), and the metadata's ``name``
+    and ``description``. Later writes must fit the
     table's schema: missing columns are written as nulls, values are cast to the table's types,
     new columns need ``merge_schema=True``, a different schema or partitioning needs
     ``mode="overwrite", overwrite_schema=True``. ``txn_app_id`` + ``txn_version`` make the write
@@ -208,6 +211,8 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
         configuration=dict(configuration or {}),
         allow_implicit_casts=True,
         cluster_by=tuple(cluster_by) if cluster_by is not None else None,
+        name=name,
+        description=description,
     )
     io = TableIO.for_table(table_uri, conf)
     snapshot = latest_snapshot(io)

@@ -95,7 +95,8 @@ class WriteOptions:
     table (for an existing table a different value is refused). ``allow_implicit_casts``: values
     of another primitive type are cast to the table's type (as SQL inserts do) instead of failing
     the schema check. ``cluster_by`` (``clusterBy``): the clustering columns of a new, clustered
-    table (Delta's ``CLUSTER BY``); for an existing table they must be its own.
+    table (Delta's ``CLUSTER BY``); for an existing table they must be its own. ``name`` and
+    ``description``: the metadata's, for a new table.
     """
 
     mode: str = "append"
@@ -111,6 +112,8 @@ class WriteOptions:
     configuration: Mapping[str, str] = field(default_factory=dict)
     allow_implicit_casts: bool = False
     cluster_by: tuple[str, ...] | None = None
+    name: str | None = None
+    description: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in WRITE_MODES:
@@ -401,6 +404,8 @@ def _new_table(data_schema: StructType, options: WriteOptions, table: str) -> tu
     configuration = with_row_tracking_columns(new_table_configuration(configuration))
     metadata = Metadata(
         id=str(uuid.uuid4()),
+        name=options.name,
+        description=options.description,
         partition_columns=partition_columns,
         configuration=configuration,
         created_time=int(time.time() * 1000),
