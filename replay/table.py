@@ -4,7 +4,8 @@ Code written for ``deltalake.DeltaTable`` ports with its import changed: the rea
 ``schema``, ``files``, ``file_uris``, ``to_pyarrow_table``, ``to_pandas``, ``history``,
 ``load_as_version``, ``load_cdf``), the row-level changes (``delete``, ``update``, ``merge``) and
 the maintenance operations (``optimize``, ``vacuum``, ``restore``, ``alter``,
-``create_checkpoint``, ``cleanup_metadata``), and :func:`write_deltalake`. Storage settings are
+``create_checkpoint``, ``cleanup_metadata``), ``create`` and the inspections (``get_add_actions``,
+``partitions``, ``count``, ``transaction_version``), and :func:`write_deltalake`. Storage settings are
 the same ``conf`` every other entry point takes (a Spark-style mapping:
 ``spark.delta.logStore.*``, ``fs.s3a.*`` ...), or delta-rs's ``storage_options``
 (:mod:`logstores.delta_rs_options`), or both.
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logstores.conf import ConfLike, to_conf_dict
 from logstores.delta_rs_options import with_storage_options
@@ -39,12 +41,19 @@ from replay.maintenance.vacuum import vacuum as vacuum_table
 from replay.protocol.actions import Metadata, Protocol
 from replay.protocol.schema import StructType
 from replay.protocol.timestamps import Timestamp
+from replay.state.add_actions import add_actions_table, record_counts
 from replay.state.loader import load_snapshot
 from replay.state.scan import Filter
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult
 from replay.txn.transaction import Transaction
-from replay.txn.write import ArrowData, InvalidWriteOptionError, write_table
+from replay.txn.write import (
+    ArrowData,
+    ArrowSchemaExportable,
+    InvalidWriteOptionError,
+    create_table,
+    write_table,
+)
 
 if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
     import pandas as pd
@@ -68,6 +77,39 @@ class DeltaTable:
         uri = os.fspath(table_uri)
         self._log = DeltaLog.for_table(uri, with_storage_options(uri, conf, storage_options))
         self._snapshot = self._log.snapshot(version) if version is not None else self._log.update()
+
+    @classmethod
+    def create(  # noqa: PLR0917 - deltalake's signature
+        cls,
+        table_uri: str | os.PathLike[str],
+        schema: pa.Schema | StructType | ArrowSchemaExportable,
+        mode: str = "error",
+        partition_by: list[str] | str | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        configuration: Mapping[str, str | None] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        *,
+        conf: ConfLike | None = None,
+    ) -> DeltaTable:
+        """Create an empty table with ``schema`` (Delta's ``CREATE TABLE``), as deltalake's
+        ``DeltaTable.create``: ``mode`` ``error`` (the default) or ``append`` refuse an existing
+        table, ``ignore`` leaves it as it is, ``overwrite`` replaces it (``CREATE OR REPLACE``).
+        Returns the table, loaded at its latest version."""
+        uri = os.fspath(table_uri)
+        arrow_schema = schema.to_arrow() if isinstance(schema, StructType) else pa.schema(schema)
+        settings = with_storage_options(uri, conf, storage_options)
+        create_table(
+            uri,
+            arrow_schema,
+            mode,
+            [partition_by] if isinstance(partition_by, str) else partition_by,
+            settings,
+            {key: value for key, value in (configuration or {}).items() if value is not None},
+            name=name,
+            description=description,
+        )
+        return cls(uri, conf=settings)
 
     @staticmethod
     def is_deltatable(
@@ -115,6 +157,35 @@ class DeltaTable:
     def files(self) -> list[str]:
         """The active files' paths as the log spells them (relative to the table)."""
         return self._snapshot.file_paths()
+
+    def get_add_actions(self, flatten: bool = False) -> pa.Table:
+        """The active files with their size, record count, typed statistics (``null_count``,
+        ``min``, ``max``) and partition values, as deltalake returns them (one column per value
+        with ``flatten``)."""
+        return add_actions_table(self._snapshot.files_table(), self._snapshot.config, flatten=flatten)
+
+    def partitions(self, partition_filters: Filter | None = None) -> list[dict[str, str | None]]:
+        """The distinct partition values of the active files (as the log spells them), of the
+        files ``partition_filters`` selects if given."""
+        files = self._snapshot.scan(filter=partition_filters).files() if partition_filters else None
+        table = files if files is not None else self._snapshot.files_table()
+        seen = {tuple(sorted(dict(row).items())) for row in table.column("partition_values").to_pylist()}
+        return [dict(values) for values in sorted(seen, key=repr)]
+
+    def count(self) -> int:
+        """The number of rows: the files' ``numRecords`` less their deletion vectors' rows, or
+        the rows of the files read when some file has no statistics."""
+        files = self._snapshot.files_table()
+        counts = record_counts(files.column("stats").combine_chunks())
+        if counts.null_count:
+            first = self._snapshot.schema.fields[0].name
+            return sum(batch.num_rows for batch in self._snapshot.scan(columns=[first]).to_batches())
+        deleted = pc.struct_field(files.column("deletion_vector").combine_chunks(), "cardinality")
+        return int(pc.sum(counts).as_py() or 0) - int(pc.sum(deleted).as_py() or 0)
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last version application ``app_id`` committed (``SetTransaction``), if any."""
+        return self._snapshot.set_transactions.get(app_id)
 
     def file_uris(self) -> list[str]:
         """The active files' absolute URIs."""

@@ -18,13 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pajson
 
-from replay.data.partition_values import parse_partition_value
-from replay.protocol.column_mapping import stored_name
 from replay.protocol.predicates import (
     And,
     Compare,
@@ -41,8 +37,17 @@ from replay.protocol.predicates import (
     has_opaque,
     negate,
 )
-from replay.protocol.schema import DataType, PrimitiveType, StructField, StructType, arrow_type
+from replay.protocol.schema import DataType, PrimitiveType, StructField, StructType
 from replay.protocol.table_config import TableConfiguration
+from replay.state.file_statistics import (
+    convert,
+    dig,
+    nested_struct,
+    partition_values,
+    physical_name,
+    read_stats_json,
+    stats_type,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -302,60 +307,19 @@ def _resolve(schema: StructType, path: tuple[str, ...]) -> list[StructField] | N
     return fields if isinstance(current, PrimitiveType) else None
 
 
-def _physical(field: StructField, mode: str) -> str:
-    return stored_name(field, mode != "none")
-
-
 def _partition_bounds(files: pa.Table, field: StructField, mode: str) -> Bounds:
     """Bounds of a partition column: its typed value, both minimum and maximum of the file.
 
     Every row of a file shares its partition value, so one row stands for all of them (a file's
     statistics are not read for partition columns).
     """
-    values = files.column("partition_values").combine_chunks()
-    raw = pc.map_lookup(values, _physical(field, mode), "first")
-    if mode != "none":
-        raw = pc.coalesce(raw, pc.map_lookup(values, field.name, "first"))
-    distinct = pc.unique(raw)
-    target = arrow_type(field.type)
-    parsed = pa.array([parse_partition_value(v, field.type) for v in distinct.to_pylist()], target)
-    typed = parsed.take(pc.index_in(raw, value_set=distinct))
+    typed = partition_values(files, field, mode)
+    target = typed.type
     count = len(typed)
     nulls = pc.if_else(typed.is_null(), 1, 0).cast(pa.int64())
     return Bounds(
         target, typed, typed, pa.repeat(pa.scalar(True), count), nulls, pa.repeat(pa.scalar(1), count)
     )
-
-
-def _stats_type(data_type: PrimitiveType) -> pa.DataType:
-    """How a statistic of ``data_type`` is spelled in the JSON stats (before conversion)."""
-    target = data_type.to_arrow()
-    if pa.types.is_integer(target):
-        return pa.int64()
-    if pa.types.is_floating(target):
-        return pa.float64()
-    if pa.types.is_timestamp(target):
-        return pa.timestamp("us", tz=target.tz)
-    if pa.types.is_date(target) or pa.types.is_string(target):
-        return pa.string()
-    if pa.types.is_decimal(target) or pa.types.is_boolean(target):
-        return target
-    raise ValueError(f"no statistics are used for {data_type.name}")
-
-
-def _nested_struct(paths: Sequence[tuple[str, ...]], types: Sequence[pa.DataType]) -> pa.StructType:
-    """A struct type holding every ``path`` with its type (shared prefixes merged)."""
-    tree: dict[str, Any] = {}
-    for path, leaf in zip(paths, types, strict=True):
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = leaf
-
-    def build(node: dict[str, Any]) -> pa.StructType:
-        return pa.struct([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
-
-    return build(tree)
 
 
 def _statistics_bounds(
@@ -370,29 +334,29 @@ def _statistics_bounds(
         leaf = fields[-1].type
         try:
             assert isinstance(leaf, PrimitiveType)
-            _stats_type(leaf)
+            stats_type(leaf)
         except (AssertionError, ValueError):
             out[path] = None
             continue
-        usable.append((path, tuple(_physical(f, mode) for f in fields), leaf))
+        usable.append((path, tuple(physical_name(f, mode) for f in fields), leaf))
     if not usable:
         return out
     physical = [p for _, p, _ in usable]
-    value_types = [_stats_type(leaf) for _, _, leaf in usable]
+    value_types = [stats_type(leaf) for _, _, leaf in usable]
     schema = pa.schema(
         [
             ("numRecords", pa.int64()),
-            ("minValues", _nested_struct(physical, value_types)),
-            ("maxValues", _nested_struct(physical, value_types)),
-            ("nullCount", _nested_struct(physical, [pa.int64()] * len(physical))),
+            ("minValues", nested_struct(physical, value_types)),
+            ("maxValues", nested_struct(physical, value_types)),
+            ("nullCount", nested_struct(physical, [pa.int64()] * len(physical))),
         ]
     )
-    parsed = _read_stats_json(files.column("stats").combine_chunks(), schema)
+    parsed = read_stats_json(files.column("stats").combine_chunks(), schema)
     records = pc.struct_field(parsed, "numRecords")
     for path, names, leaf in usable:
         target = leaf.to_arrow()
-        minimum = _convert(_dig(parsed, ("minValues", *names)), target)
-        maximum = _convert(_dig(parsed, ("maxValues", *names)), target)
+        minimum = convert(dig(parsed, ("minValues", *names)), target)
+        maximum = convert(dig(parsed, ("maxValues", *names)), target)
         if pa.types.is_floating(target):  # a NaN bound says nothing about the other values
             minimum = pc.if_else(pc.is_nan(minimum), pa.scalar(None, target), minimum)
             maximum = pc.if_else(pc.is_nan(maximum), pa.scalar(None, target), maximum)
@@ -401,84 +365,5 @@ def _statistics_bounds(
         exact = pa.repeat(pa.scalar(True), len(maximum))
         if pa.types.is_string(target):
             exact = pc.less(pc.utf8_length(maximum), prefix_length)
-        out[path] = Bounds(target, minimum, maximum, exact, _dig(parsed, ("nullCount", *names)), records)
+        out[path] = Bounds(target, minimum, maximum, exact, dig(parsed, ("nullCount", *names)), records)
     return out
-
-
-def _dig(struct: pa.StructArray, names: Sequence[str]) -> pa.Array:
-    """A nested child of ``struct``; a null parent makes the child null."""
-    array: pa.Array = struct
-    for name in names:
-        array = pc.struct_field(array, name)
-    return array
-
-
-def _convert(values: pa.Array, target: pa.DataType) -> pa.Array:
-    """Statistics as read from JSON, as ``target`` (values that do not convert become null)."""
-    if values.type == target:
-        return values
-    try:
-        return values.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        converted = []
-        for value in values.to_pylist():
-            try:
-                converted.append(pa.scalar(value).cast(target).as_py() if value is not None else None)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                converted.append(None)
-        return pa.array(converted, target)
-
-
-def _read_stats_json(stats: pa.Array, schema: pa.Schema) -> pa.StructArray:
-    """The ``stats`` JSON strings read as ``schema`` (a file without statistics gives nulls).
-
-    pyarrow's JSON reader reads them all at once; if any file's statistics do not fit the schema
-    the strings are read one by one, and a file whose statistics are unreadable gets nulls.
-    """
-    count = len(stats)
-    filled = pc.fill_null(stats, "{}")
-    payload = _newline_delimited(pc.binary_join_element_wise(filled, pa.scalar("\n"), ""))
-    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    try:
-        table = pajson.read_json(pa.BufferReader(payload), parse_options=options)
-        if table.num_rows == count:
-            return pa.StructArray.from_arrays(
-                [table.column(name).combine_chunks() for name in schema.names], fields=list(schema)
-            )
-    except pa.ArrowInvalid:
-        pass
-    rows: list[dict[str, Any] | None] = []
-    for text in stats.to_pylist():
-        try:
-            value = orjson.loads(text) if text else None
-        except orjson.JSONDecodeError:
-            value = None
-        rows.append(_fit(value, pa.struct(list(schema))) if isinstance(value, dict) else None)
-    return pa.array(rows, pa.struct(list(schema)))
-
-
-def _newline_delimited(lines: pa.Array) -> pa.Buffer:
-    """The character data of a string array (each value already ends with a newline), as one buffer."""
-    lines = lines.cast(pa.large_string()) if not pa.types.is_large_string(lines.type) else lines
-    if not len(lines):
-        return pa.py_buffer(b"")
-    offsets = pa.Array.from_buffers(
-        pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset
-    )
-    start, end = offsets[0].as_py(), offsets[-1].as_py()
-    return lines.buffers()[2].slice(start, end - start)
-
-
-def _fit(value: Any, arrow_type: pa.DataType) -> Any:
-    """``value`` with every part that does not fit ``arrow_type`` replaced by null."""
-    if pa.types.is_struct(arrow_type):
-        if not isinstance(value, dict):
-            return None
-        return {f.name: _fit(value.get(f.name), f.type) for f in arrow_type}
-    try:
-        return pa.scalar(value, arrow_type).as_py()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
-        try:
-            return pa.scalar(value).cast(arrow_type).as_py()
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
-            return None

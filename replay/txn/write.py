@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Protocol, TypeAlias
 
+import orjson
 import pyarrow as pa
 
 from logstores.conf import ConfLike
@@ -55,6 +56,12 @@ class ArrowStreamExportable(Protocol):
     DuckDB and arro3 objects, pyarrow's own."""
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+
+class ArrowSchemaExportable(Protocol):
+    """An object exporting an Arrow C schema (deltalake's and arro3's schemas, pyarrow's own)."""
+
+    def __arrow_c_schema__(self) -> object: ...
 
 
 ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | ArrowStreamExportable
@@ -235,6 +242,54 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
         if mode == "ignore" and exc.winning_version == 0:
             return None  # a concurrent writer created the table: nothing to write
         raise
+
+
+CREATE_MODES = ("error", "append", "overwrite", "ignore")
+"""``create_table``'s modes, as deltalake's ``DeltaTable.create`` has them."""
+
+
+def create_table(  # noqa: PLR0917 (deltalake's DeltaTable.create)
+    table_uri: str,
+    schema: pa.Schema,
+    mode: str = "error",
+    partition_by: list[str] | None = None,
+    conf: ConfLike | None = None,
+    configuration: Mapping[str, str] | None = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> int | None:
+    """Create the table at ``table_uri`` with ``schema`` and no rows: one commit of protocol and
+    metadata, Delta's ``CREATE TABLE`` (``CREATE OR REPLACE TABLE`` with ``mode="overwrite"``,
+    which also removes every file of an existing table). If the table exists, ``mode="error"`` and
+    ``mode="append"`` raise :class:`TableAlreadyExistsError` and ``mode="ignore"`` returns ``None``.
+    Returns the committed version; raises what :func:`write_table` raises.
+    """
+    if mode not in CREATE_MODES:
+        raise InvalidWriteOptionError(f"mode must be one of {', '.join(CREATE_MODES)}, not {mode!r}")
+    options = WriteOptions(
+        mode="overwrite" if mode == "overwrite" else "append",
+        partition_by=tuple(partition_by or ()),  # a replaced table has exactly these
+        overwrite_schema=mode == "overwrite",
+        configuration=dict(configuration or {}),
+        name=name,
+        description=description,
+    )
+    io = TableIO.for_table(table_uri, conf)
+    snapshot = latest_snapshot(io)
+    if snapshot is not None and mode in ("error", "append"):
+        raise TableAlreadyExistsError.at(io.table_path)
+    if snapshot is not None and mode == "ignore":
+        return None
+    plan = plan_write(io, snapshot, delta_schema(schema), options)
+    metadata = plan.metadata
+    parameters = {
+        "isManaged": "false",
+        "description": metadata.description,
+        "partitionBy": orjson.dumps(list(metadata.partition_columns)).decode(),
+        "properties": orjson.dumps(dict(metadata.configuration)).decode(),
+    }
+    operation = "CREATE OR REPLACE TABLE" if snapshot is not None else "CREATE TABLE"
+    return commit_write(io, plan, [], snapshot=snapshot, operation=operation, operation_parameters=parameters)
 
 
 def _slices(table: pa.Table) -> Iterable[pa.Table]:

@@ -426,10 +426,13 @@ def _existing_table(
         schema = as_nullable(data_schema)
         partition_columns = _resolve_columns(given if given is not None else existing, schema, table)
         _check_partitioning(partition_columns, schema, table)
-        if schema == table_schema and partition_columns == existing:
+        name = options.name or metadata.name
+        description = options.description or metadata.description
+        described = (name, description) != (metadata.name, metadata.description)
+        if schema == table_schema and partition_columns == existing and not described:
             return snapshot.protocol, metadata, False
         changed = metadata.with_schema(schema, partition_columns=partition_columns)
-        return snapshot.protocol, changed, True
+        return snapshot.protocol, replace(changed, name=name, description=description), True
     partitioning_differs = given is not None and [c.lower() for c in given] != [c.lower() for c in existing]
     widen = snapshot.config.type_widening_enabled and options.merge_schema
     try:

@@ -1,0 +1,146 @@
+"""deltalake's ``DeltaTable`` methods beyond reads and row changes (``create``,
+``get_add_actions``, ``partitions``, ``count``, ``transaction_version``) give what delta-rs gives
+on the same table: written by delta-rs, by this library, with column mapping and with deletion
+vectors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable as RustTable
+from deltalake import write_deltalake as rust_write
+
+from replay import DeltaTable, TableAlreadyExistsError, write_deltalake, write_table
+
+UTC = dt.UTC
+ROWS = pa.table(
+    {
+        "id": pa.array([1, 2, 3, None], pa.int64()),
+        "n": pa.array([3, 4, 3, 4], pa.int32()),
+        "s": pa.array([{"a": 1, "b": "x"}, {"a": 2, "b": None}, None, {"a": 4, "b": "z"}]),
+        "d": pa.array([dt.date(2024, 1, 1), None, dt.date(2024, 1, 1), dt.date(2024, 1, 2)]),
+        "ts": pa.array(
+            [
+                dt.datetime(2024, 1, 1, 1, 2, 3, 456789, tzinfo=UTC),
+                None,
+                None,
+                dt.datetime(1999, 1, 1, tzinfo=UTC),
+            ],
+            pa.timestamp("us", tz="UTC"),
+        ),
+        "name": ["x", "y", None, "w"],
+    }
+)
+
+
+def by_path(table: object) -> pa.Table:
+    return pa.table(table).sort_by("path")
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+@pytest.mark.parametrize("writer", ["delta-rs", "ours"])
+def test_add_actions_are_delta_rs_add_actions(tmp_path: Path, writer: str, flatten: bool) -> None:
+    uri = str(tmp_path / "t")
+    if writer == "delta-rs":
+        rust_write(uri, ROWS, partition_by=["n", "d"])
+    else:
+        write_table(uri, ROWS, partition_by=["n", "d"], max_rows_per_file=1)
+    ours = DeltaTable(uri).get_add_actions(flatten=flatten)
+    assert by_path(ours).equals(by_path(RustTable(uri).get_add_actions(flatten=flatten)))
+    assert ours.num_rows == len(DeltaTable(uri).files())
+
+
+def test_add_actions_of_a_column_mapped_table_name_the_columns(tmp_path: Path) -> None:
+    """delta-rs names the statistics of a column-mapped table by the physical names (col-<uuid>);
+    the logical names are the table's, and the values are those of the same rows unmapped."""
+    plain, mapped = str(tmp_path / "plain"), str(tmp_path / "mapped")
+    write_table(plain, ROWS, partition_by=["n", "d"], max_rows_per_file=1)
+    write_table(
+        mapped,
+        ROWS,
+        partition_by=["n", "d"],
+        max_rows_per_file=1,
+        configuration={"delta.columnMapping.mode": "name"},
+    )
+
+    def content(uri: str) -> pa.Table:
+        actions = (
+            DeltaTable(uri)
+            .get_add_actions(flatten=True)
+            .drop_columns(["path", "size_bytes", "modification_time"])
+        )
+        return actions.sort_by([(name, "ascending") for name in actions.column_names])
+
+    assert content(mapped).equals(content(plain))
+    assert "min.s.b" in content(mapped).column_names
+
+
+def test_partitions_count_and_transaction_versions_are_delta_rs_ones(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS, partition_by=["n", "d"], txn_app_id="nightly", txn_version=7)
+    ours, theirs = DeltaTable(uri), RustTable(uri)
+
+    def as_set(partitions: list[dict[str, str | None]]) -> set[tuple[tuple[str, str | None], ...]]:
+        return {tuple(sorted(p.items())) for p in partitions}
+
+    assert as_set(ours.partitions()) == as_set(theirs.partitions())
+    assert len(ours.partitions()) == 3
+    assert as_set(ours.partitions([("n", "=", 3)])) == {(("d", "2024-01-01"), ("n", "3"))}
+    assert ours.count() == theirs.count() == 4
+    assert ours.transaction_version("nightly") == theirs.transaction_version("nightly") == 7
+    assert ours.transaction_version("other") is theirs.transaction_version("other") is None
+
+
+def test_count_takes_deletion_vectors_and_files_without_statistics(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS, configuration={"delta.enableDeletionVectors": "true"}, max_rows_per_file=2)
+    DeltaTable(uri).delete("id = 1 OR id IS NULL")
+    assert DeltaTable(uri).count() == len(DeltaTable(uri).to_pyarrow_table()) == 2
+    assert any(DeltaTable(uri).get_add_actions().column("num_records").to_pylist())
+    unstated = str(tmp_path / "unstated")
+    write_table(unstated, ROWS, configuration={"delta.dataSkippingNumIndexedCols": "0"})
+    shutil.rmtree(tmp_path / "t")
+    assert DeltaTable(unstated).count() == 4
+
+
+def test_create_is_delta_rs_create(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours", str(tmp_path / "theirs")
+    schema = ROWS.schema
+    table = DeltaTable.create(
+        ours,
+        schema,
+        partition_by="n",
+        name="t",
+        description="d",
+        configuration={"delta.logRetentionDuration": "interval 7 days"},
+    )
+    RustTable.create(
+        theirs,
+        schema,
+        partition_by="n",
+        name="t",
+        description="d",
+        configuration={"delta.logRetentionDuration": "interval 7 days"},
+    )
+    assert table.version() == 0 and table.count() == 0
+    for left, right in ((DeltaTable(ours), RustTable(str(ours))), (DeltaTable(theirs), RustTable(theirs))):
+        assert left.history()[0]["operation"] == right.history()[0]["operation"] == "CREATE TABLE"
+        assert (left.metadata().name, left.metadata().description) == ("t", "d")
+        assert left.metadata().configuration == {"delta.logRetentionDuration": "interval 7 days"}
+        assert left.partition_columns() == right.metadata().partition_columns == ["n"]
+        assert left.to_pyarrow_table().schema == pa.table(right.to_pyarrow_table()).schema
+    with pytest.raises(TableAlreadyExistsError):
+        DeltaTable.create(ours, schema)
+    with pytest.raises(TableAlreadyExistsError):
+        DeltaTable.create(ours, schema, mode="append")
+    assert DeltaTable.create(ours, schema, mode="ignore").version() == 0
+    write_deltalake(ours, ROWS, mode="append")
+    replaced = DeltaTable.create(ours, pa.schema([("id", pa.int64())]), mode="overwrite", name="again")
+    assert replaced.history()[0]["operation"] == "CREATE OR REPLACE TABLE"
+    assert replaced.to_pyarrow_table().num_rows == 0
+    assert (replaced.metadata().name, replaced.schema().to_arrow().names) == ("again", ["id"])
+    assert pa.table(RustTable(str(ours)).to_pyarrow_table()).num_rows == 0
