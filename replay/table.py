@@ -55,8 +55,9 @@ from replay.txn.write import (
     write_table,
 )
 
-if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
+if TYPE_CHECKING:  # pandas is optional (to_pandas imports it), and pyarrow.dataset imports it
     import pandas as pd
+    import pyarrow.dataset as pa_ds
 
 
 class DeltaTable:
@@ -157,6 +158,12 @@ class DeltaTable:
     def files(self) -> list[str]:
         """The active files' paths as the log spells them (relative to the table)."""
         return self._snapshot.file_paths()
+
+    def to_pyarrow_dataset(self, partitions: Filter | None = None) -> pa_ds.Dataset:
+        """The files of the loaded version (those ``partitions`` selects, if given) as a
+        ``pyarrow.dataset``, as deltalake makes it; refused for tables with deletion vectors or
+        column mapping (:class:`UnsupportedTableFeatureError`), which ``to_pyarrow_table`` reads."""
+        return self._snapshot.scan(filter=partitions).to_pyarrow_dataset()
 
     def get_add_actions(self, flatten: bool = False) -> pa.Table:
         """The active files with their size, record count, typed statistics (``null_count``,

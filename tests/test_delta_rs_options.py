@@ -144,6 +144,7 @@ def _both_ways(uri: str, options: dict[str, str]) -> None:
     assert ours.version() == theirs.version() == 2
     assert normalised(ours.to_pyarrow_table()) == normalised(theirs.to_pyarrow_table())
     assert sorted(ours.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3, 4, 4]
+    assert sorted(ours.to_pyarrow_dataset().to_table().column("id").to_pylist()) == [1, 2, 3, 4, 4]
     assert DeltaTable.is_deltatable(uri, options)
 
 

@@ -144,3 +144,37 @@ def test_create_is_delta_rs_create(tmp_path: Path) -> None:
     assert replaced.to_pyarrow_table().num_rows == 0
     assert (replaced.metadata().name, replaced.schema().to_arrow().names) == ("again", ["id"])
     assert pa.table(RustTable(str(ours)).to_pyarrow_table()).num_rows == 0
+
+
+def test_the_pyarrow_dataset_is_delta_rs_dataset(tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS, partition_by=["n", "d"], max_rows_per_file=1)
+    ours, theirs = DeltaTable(uri).to_pyarrow_dataset(), RustTable(uri).to_pyarrow_dataset()
+    assert ours.schema == theirs.schema
+    assert ours.to_table().sort_by("id").equals(theirs.to_table().sort_by("id"))
+    # partition values are the fragments' expressions: a filter on them skips files
+    assert len(list(ours.get_fragments(filter=ds.field("n") == 4))) == 2
+    assert ours.to_table(filter=ds.field("d").is_null()).column("id").to_pylist() == [2]
+    assert DeltaTable(uri).to_pyarrow_dataset([("n", "=", 3)]).count_rows() == 2
+
+
+@pytest.mark.parametrize(
+    ("configuration", "named"),
+    [
+        ({"delta.enableDeletionVectors": "true"}, "deletion vectors"),
+        ({"delta.columnMapping.mode": "name"}, "column mapping"),
+    ],
+)
+def test_a_dataset_of_a_table_it_cannot_express_is_refused(
+    tmp_path: Path, configuration: dict[str, str], named: str
+) -> None:
+    from replay import UnsupportedTableFeatureError
+
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS, configuration=configuration)
+    DeltaTable(uri).delete("id = 1")
+    with pytest.raises(UnsupportedTableFeatureError, match=named):
+        DeltaTable(uri).to_pyarrow_dataset()
+    assert DeltaTable(uri).to_pyarrow_table().num_rows == 3

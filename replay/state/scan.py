@@ -36,10 +36,12 @@ from replay.protocol.predicates import (
     to_expression,
 )
 from replay.protocol.table_config import TableConfiguration
+from replay.state.dataset import files_dataset
 from replay.state.pruning import prune
 
-if TYPE_CHECKING:  # pandas is optional: imported by to_pandas only
+if TYPE_CHECKING:  # pandas is optional (imported by to_pandas only), and pyarrow.dataset imports it
     import pandas as pd
+    import pyarrow.dataset as pa_ds
 
 Filter: TypeAlias = pc.Expression | Sequence[DnfTerm] | Sequence[Sequence[DnfTerm]] | Predicate
 """A row filter: a pyarrow expression, DNF tuples as deltalake and pyarrow take them, or a
@@ -126,6 +128,11 @@ class Scan:
         if self.columns is not None and table.column_names != self.columns:
             table = table.select(self.columns)
         return table
+
+    def to_pyarrow_dataset(self) -> pa_ds.Dataset:
+        """The files that may hold matching rows as a ``pyarrow.dataset`` (rows not filtered;
+        see :mod:`replay.state.dataset` for the tables it refuses)."""
+        return files_dataset(self._files, self.config, self.io)
 
     def to_arrow(self) -> pa.Table:
         """Every matching row, deletion vectors applied, with the table's logical schema."""
