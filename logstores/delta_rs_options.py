@@ -152,10 +152,27 @@ def with_storage_options(
     table_uri: str, conf: ConfLike | None, storage_options: Mapping[str, object] | None
 ) -> ConfLike | None:
     """``conf`` with delta-rs's ``storage_options`` for ``table_uri`` on top (``conf`` itself, a
-    Spark session or any other form, when there are none)."""
+    Spark session or any other form, when there are none).
+
+    A mapping ``conf`` may hold storage options too, as deltalake code that passes them in the
+    position of ``conf`` does (``DeltaTable(uri, None, {"AWS_REGION": ...})``): its keys without a
+    dot that object_store knows are read as storage options (settings always have a dot)."""
+    if isinstance(conf, Mapping):
+        found = {key: value for key, value in conf.items() if "." not in str(key) and _known(str(key))}
+        if found:
+            conf = {key: value for key, value in conf.items() if key not in found}
+            storage_options = {**found, **(storage_options or {})}
     if not storage_options:
         return conf
     return {**to_conf_dict(conf), **conf_from_storage_options(table_uri, storage_options)}
+
+
+def _known(key: str) -> bool:
+    try:
+        _meaning(key)
+    except LogStoreConfError:
+        return False
+    return True
 
 
 def _meaning(key: str) -> tuple[str | None, str]:

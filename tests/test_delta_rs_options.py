@@ -185,3 +185,18 @@ def test_the_emulator_option_reaches_azurite_for_both_libraries(
 ) -> None:
     monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", azurite_server.endpoint)
     _both_ways(f"az://{azurite_server.create_container()}/t", {"AZURE_STORAGE_USE_EMULATOR": "true"})
+
+
+def test_storage_options_in_the_place_of_conf_are_read_as_storage_options() -> None:
+    """deltalake's third argument is storage_options, this library's conf: both are honoured."""
+    from logstores.delta_rs_options import with_storage_options
+
+    merged = with_storage_options(
+        "s3://bucket/t", {"AWS_REGION": "eu-west-1", "spark.hadoop.fs.s3a.access.key": "AKID"}, None
+    )
+    assert merged == {
+        "spark.hadoop.fs.s3a.access.key": "AKID",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+    }
+    unchanged = {"spark.delta.logStore.s3.impl": "s3-single-driver", "nodot": "kept"}
+    assert with_storage_options("s3://bucket/t", unchanged, None) is unchanged
