@@ -13,6 +13,7 @@ import replay.protocol.lazy_pandas  # noqa: F401
 from logstores import __version__
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
+from replay.deltalake_writes import write_deltalake
 from replay.log.log_replay import InMemoryLogReplay
 from replay.log.table_io import TableIO
 from replay.protocol.actions import (
@@ -60,7 +61,7 @@ from replay.protocol.identity_columns import IdentityColumnError
 from replay.protocol.isolation import IsolationLevel
 from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
-from replay.table import DeltaTable, write_deltalake
+from replay.table import DeltaTable
 from replay.txn.checkpoint_writer import CheckpointResult
 from replay.txn.committer import Committer, FileSystemCommitter
 from replay.txn.constraint_checks import InvariantViolationError

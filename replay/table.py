@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logstores.conf import ConfLike, to_conf_dict
+from logstores.conf import ConfLike
 from logstores.delta_rs_options import with_storage_options
 from replay.cdc import table_changes
 from replay.delta_log import DeltaLog
@@ -39,20 +39,22 @@ from replay.maintenance.optimize import TableOptimizer
 from replay.maintenance.restore import restore as restore_table
 from replay.maintenance.vacuum import vacuum as vacuum_table
 from replay.protocol.actions import Metadata, Protocol
+from replay.protocol.deltalake_options import check_deltalake_options
+from replay.protocol.paths import resolve_path
+from replay.protocol.predicates import And
 from replay.protocol.schema import StructType
+from replay.protocol.sql import parse_expression
 from replay.protocol.timestamps import Timestamp
 from replay.state.add_actions import add_actions_table, record_counts
 from replay.state.loader import load_snapshot
-from replay.state.scan import Filter
+from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult
 from replay.txn.transaction import Transaction
 from replay.txn.write import (
     ArrowData,
     ArrowSchemaExportable,
-    InvalidWriteOptionError,
     create_table,
-    write_table,
 )
 
 if TYPE_CHECKING:  # pandas is optional (to_pandas imports it), and pyarrow.dataset imports it
@@ -194,9 +196,12 @@ class DeltaTable:
         """The last version application ``app_id`` committed (``SetTransaction``), if any."""
         return self._snapshot.set_transactions.get(app_id)
 
-    def file_uris(self) -> list[str]:
-        """The active files' absolute URIs."""
-        return self._snapshot.file_uris()
+    def file_uris(self, partition_filters: Filter | None = None) -> list[str]:
+        """The active files' absolute URIs (of the files ``partition_filters`` selects, if given)."""
+        if partition_filters is None:
+            return self._snapshot.file_uris()
+        paths = self._snapshot.scan(filter=partition_filters).files().column("path").to_pylist()
+        return [resolve_path(self._snapshot.table_path, path) for path in paths]
 
     def load_as_version(self, version: int | Timestamp) -> None:
         """Load the table at ``version``, or at the version active at a timestamp (a datetime, an
@@ -223,16 +228,40 @@ class DeltaTable:
 
     # -- rows ---------------------------------------------------------------------------------------
     def to_pyarrow_table(
-        self, columns: Sequence[str] | None = None, filters: Filter | None = None
+        self,
+        columns: Sequence[str] | None = None,
+        filters: Filter | None = None,
+        *,
+        partitions: Filter | None = None,
+        filesystem: object | None = None,
     ) -> pa.Table:
-        """The rows of the loaded version; ``filters`` are DNF tuples, a pyarrow expression or a
-        predicate tree (files that cannot match are never opened)."""
-        return self._snapshot.to_arrow(columns=columns, filter=filters)
+        """The rows of the loaded version; ``filters`` (and deltalake's ``partitions``, both
+        applied) are DNF tuples, a pyarrow expression or a predicate tree (files that cannot
+        match are never opened). A ``filesystem`` is refused: files are read with the table's
+        storage settings."""
+        check_deltalake_options("to_pyarrow_table", filesystem=filesystem)
+        return self._snapshot.to_arrow(columns=columns, filter=self._both(partitions, filters))
 
     to_arrow = to_pyarrow_table
 
-    def to_pandas(self, columns: Sequence[str] | None = None, filters: Filter | None = None) -> pd.DataFrame:
-        return self._snapshot.to_pandas(columns=columns, filter=filters)
+    def to_pandas(
+        self,
+        columns: Sequence[str] | None = None,
+        filters: Filter | None = None,
+        *,
+        partitions: Filter | None = None,
+        filesystem: object | None = None,
+        types_mapper: Callable[[pa.DataType], Any] | None = None,
+    ) -> pd.DataFrame:
+        """:meth:`to_pyarrow_table` as a pandas DataFrame (``types_mapper`` as pyarrow takes it)."""
+        table = self.to_pyarrow_table(columns, filters, partitions=partitions, filesystem=filesystem)
+        return table.to_pandas(types_mapper=types_mapper)
+
+    def _both(self, partitions: Filter | None, filters: Filter | None) -> Filter | None:
+        if partitions is None or filters is None:
+            return filters if partitions is None else partitions
+        schema = self._snapshot.config.metadata.arrow_schema
+        return And((read_predicate(partitions, schema)[0], read_predicate(filters, schema)[0]))
 
     def load_cdf(  # noqa: PLR0917 - delta-rs's signature
         self,
@@ -241,10 +270,13 @@ class DeltaTable:
         starting_timestamp: _dt.datetime | str | None = None,
         ending_timestamp: _dt.datetime | str | None = None,
         columns: Sequence[str] | None = None,
+        predicate: str | None = None,
         allow_out_of_range: bool = False,
     ) -> pa.Table:
-        """The change data feed between two versions or timestamps (delta-rs's ``load_cdf``)."""
-        return table_changes(
+        """The change data feed between two versions or timestamps (delta-rs's ``load_cdf``),
+        only the change rows ``predicate`` (SQL, over the table's and the change columns) is true
+        for if given. A pyarrow ``Table``: deltalake returns a reader, ``pa.table()`` takes both."""
+        changes = table_changes(
             self._log,
             starting_version if starting_timestamp is None else None,
             ending_version,
@@ -252,6 +284,11 @@ class DeltaTable:
             ending_timestamp=ending_timestamp,
             columns=columns,
             allow_out_of_range=allow_out_of_range,
+        )
+        if predicate is None:
+            return changes
+        return changes.filter(
+            pc.fill_null(parse_expression(predicate).bind(changes.schema).evaluate(changes), False)
         )
 
     # -- transactions -------------------------------------------------------------------------------
@@ -268,7 +305,7 @@ class DeltaTable:
         return self._log.cleanup_expired_logs()
 
     # -- row-level changes (replay.dml) -----------------------------------------------------------
-    def delete(self, predicate: str | None = None) -> dict[str, int]:
+    def delete(self, predicate: str | None = None, **deltalake_options: object) -> dict[str, int]:
         """Delete the rows matching ``predicate`` (a SQL predicate; every row without one).
 
         Returns Delta's DELETE metrics (the commit's ``operationMetrics``, as ints); nothing is
@@ -276,7 +313,9 @@ class DeltaTable:
         an unknown column or function and its position,
         :class:`~replay.protocol.errors.AppendOnlyTableError` (before anything is written) and
         Delta's conflict exceptions (:class:`~replay.protocol.errors.ConcurrentModificationError`).
+        deltalake's engine arguments are taken as :mod:`replay.protocol.deltalake_options` says.
         """
+        check_deltalake_options("delete", **deltalake_options)
         result = delete_rows(self._snapshot, predicate)
         self._moved_to(result.version)
         return result.metrics
@@ -286,12 +325,14 @@ class DeltaTable:
         updates: Mapping[str, str] | None = None,
         new_values: Mapping[str, Any] | None = None,
         predicate: str | None = None,
+        **deltalake_options: object,
     ) -> dict[str, int]:
         """Set columns of the rows matching ``predicate`` (every row without one): ``updates`` maps
         columns to SQL expressions, ``new_values`` to Python values (one of the two). Values are
         stored into the columns' types with Spark's ANSI store assignment; a row whose partition
         column changes moves to its new partition. Returns Delta's UPDATE metrics and raises as
         :meth:`delete` does."""
+        check_deltalake_options("update", **deltalake_options)
         result = update_rows(self._snapshot, updates, new_values, predicate)
         self._moved_to(result.version)
         return result.metrics
@@ -303,11 +344,13 @@ class DeltaTable:
         source_alias: str = "source",
         target_alias: str = "target",
         merge_schema: bool = False,
+        **deltalake_options: object,
     ) -> TableMerger:
         """A MERGE of ``source`` (anything ``write_table`` writes) into the table on ``predicate``
         (a SQL condition over ``target_alias`` and ``source_alias``): add WHEN clauses to the
         returned :class:`~replay.dml.merge_builder.TableMerger`, then ``execute()`` it. ``merge_schema``
         adds the source columns that ``*`` clauses or assignments name to the table."""
+        check_deltalake_options("merge", **deltalake_options)
         return TableMerger(
             self._snapshot,
             source,
@@ -324,6 +367,7 @@ class DeltaTable:
         retention_hours: float | None = None,
         dry_run: bool = True,
         enforce_retention_duration: bool = True,
+        **deltalake_options: object,
     ) -> list[str]:
         """Delete the files no version within the retention needs (Delta's VACUUM, see
         :mod:`replay.maintenance.vacuum`); returns their paths relative to the table root, or in a
@@ -332,8 +376,10 @@ class DeltaTable:
         ``retention_hours`` defaults to the table's ``delta.deletedFileRetentionDuration``; a
         shorter one raises :class:`~replay.maintenance.vacuum.VacuumRetentionError` unless
         ``enforce_retention_duration=False``. Works on the latest version, whatever version this
-        object is loaded at.
+        object is loaded at. This is Delta's full VACUUM: ``full=False`` (deltalake's default
+        lite mode) is refused by name, not run as full.
         """
+        check_deltalake_options("vacuum", **deltalake_options)
         result = vacuum_table(
             self._log.io,
             self._log.update(),
@@ -351,6 +397,7 @@ class DeltaTable:
         *,
         ignore_missing_files: bool = False,
         protocol_downgrade_allowed: bool = False,
+        **deltalake_options: object,
     ) -> dict[str, int]:
         """Restore the table to an earlier version (an ``int``) or to the version active at a time (a
         datetime or an ISO string) in one commit (Delta's RESTORE, see
@@ -358,6 +405,7 @@ class DeltaTable:
         ``numRemovedFiles``, ``restoredFilesSize``, ``removedFilesSize``,
         ``numOfFilesAfterRestore``, ``tableSizeAfterRestore``), also under deltalake's names
         ``numRestoredFile`` and ``numRemovedFile``. Works from the latest version."""
+        check_deltalake_options("restore", **deltalake_options)
         result = restore_table(
             self._log.io,
             self._log.update(),
@@ -388,68 +436,3 @@ class DeltaTable:
         """delta-rs's ``TableOptimizer``: ``compact``, ``z_order``, and ``purge_deletion_vectors``
         (Delta's ``REORG TABLE ... APPLY (PURGE)``), each from the loaded version."""
         return TableOptimizer(lambda: self._snapshot, self._moved_to)
-
-
-def write_deltalake(
-    table_or_uri: str | os.PathLike[str] | DeltaTable,
-    data: ArrowData,
-    *,
-    partition_by: list[str] | str | None = None,
-    mode: str = "error",
-    name: str | None = None,
-    description: str | None = None,
-    configuration: Mapping[str, str | None] | None = None,
-    schema_mode: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
-    predicate: str | None = None,
-    target_file_size: int | None = None,
-    writer_properties: object | None = None,
-    commit_properties: object | None = None,
-    post_commithook_properties: object | None = None,
-    conf: ConfLike | None = None,
-) -> None:
-    """deltalake's ``write_deltalake``, on :func:`~replay.txn.write.write_table`.
-
-    ``mode`` is ``error`` (the default: the table must not exist), ``append``, ``overwrite`` or
-    ``ignore``; ``schema_mode="merge"`` adds new columns, ``"overwrite"`` (with
-    ``mode="overwrite"``) replaces the schema; ``predicate`` overwrites only the rows it selects
-    (``replaceWhere``); ``name``, ``description``, ``partition_by`` and ``configuration`` shape a
-    new table. ``storage_options`` are delta-rs's (``AWS_ENDPOINT_URL``, ...) and ``conf`` this
-    library's settings. ``target_file_size``, ``writer_properties``, ``commit_properties`` and
-    ``post_commithook_properties`` are refused when given (:class:`InvalidWriteOptionError`
-    naming them), not ignored. Raises what ``write_table`` raises.
-    """
-    refused = {
-        "target_file_size": target_file_size,
-        "writer_properties": writer_properties,
-        "commit_properties": commit_properties,
-        "post_commithook_properties": post_commithook_properties,
-    }
-    given = [key for key, value in refused.items() if value is not None]
-    if given:
-        raise InvalidWriteOptionError(
-            f"write_deltalake: {', '.join(given)} not supported; write_table takes max_rows_per_file, "
-            "txn_app_id/txn_version and user_metadata, and OPTIMIZE compacts to a target size"
-        )
-    if schema_mode not in (None, "merge", "overwrite"):
-        raise InvalidWriteOptionError(
-            f"schema_mode must be 'merge', 'overwrite' or None, not {schema_mode!r}"
-        )
-    if isinstance(table_or_uri, DeltaTable):  # the table's settings, then the ones given here
-        uri, conf = table_or_uri.table_uri, {**table_or_uri.delta_log.conf, **to_conf_dict(conf)}
-    else:
-        uri = os.fspath(table_or_uri)
-    settings = with_storage_options(uri, conf, storage_options)
-    write_table(
-        uri,
-        data,
-        mode=mode,
-        partition_by=[partition_by] if isinstance(partition_by, str) else partition_by,
-        conf=settings,
-        configuration={key: value for key, value in (configuration or {}).items() if value is not None},
-        merge_schema=schema_mode == "merge",
-        overwrite_schema=schema_mode == "overwrite",
-        replace_where=predicate,
-        name=name,
-        description=description,
-    )

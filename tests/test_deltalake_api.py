@@ -178,3 +178,66 @@ def test_a_dataset_of_a_table_it_cannot_express_is_refused(
     with pytest.raises(UnsupportedTableFeatureError, match=named):
         DeltaTable(uri).to_pyarrow_dataset()
     assert DeltaTable(uri).to_pyarrow_table().num_rows == 3
+
+
+def test_deltalakes_read_arguments_select_what_delta_rs_selects(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from tests.dml_cases import normalised
+
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS, partition_by=["n", "d"], configuration={"delta.enableChangeDataFeed": "true"})
+    DeltaTable(uri).update({"name": "'changed'"}, predicate="id >= 2")
+    ours, theirs = DeltaTable(uri), RustTable(uri)
+    part = [("n", "=", 4)]
+    assert normalised(ours.to_pyarrow_table(partitions=part)) == normalised(
+        pa.table(theirs.to_pyarrow_table(partitions=part))
+    )
+    both = ours.to_pyarrow_table(partitions=part, filters=[("id", "=", 2)])
+    assert both.column("id").to_pylist() == [2]
+    frame = ours.to_pandas(partitions=part, columns=["id"], types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    assert str(frame["id"].dtype) == "Int64" and sorted(frame["id"].dropna()) == [2]
+    local = sorted(uri.removeprefix("file://") for uri in ours.file_uris([("n", "=", 3)]))
+    assert local == sorted(theirs.file_uris([("n", "=", 3)]))  # delta-rs spells local files as paths
+    assert len(local) == 1
+    changes = ours.load_cdf(starting_version=1, predicate="_change_type = 'update_postimage' AND id > 2")
+    rust_changes = pa.table(
+        theirs.load_cdf(
+            starting_version=1, predicate="_change_type = 'update_postimage' AND id > 2"
+        ).read_all()
+    )
+    assert normalised(changes) == normalised(rust_changes)
+    assert changes.column("id").to_pylist() == [3]
+
+
+def test_deltalakes_engine_arguments_are_accepted_or_refused_by_name(tmp_path: Path) -> None:
+    from replay.protocol.deltalake_options import UnsupportedOptionError
+
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS)
+    table = DeltaTable(uri)
+    table.delete("id = 1", writer_properties=None, commit_properties=None, post_commithook_properties=None)
+    table.update({"name": "'x'"}, predicate="id = 2", error_on_type_mismatch=True, writer_properties=None)
+    merged = table.merge(ROWS, "target.id = source.id", streamed_exec=True, max_spill_size=1 << 30)
+    merged.when_matched_update_all().execute()
+    assert table.vacuum(full=True, keep_versions=None) == []
+    with pytest.raises(UnsupportedOptionError, match=r"vacuum: full not supported .*VACUUM LITE"):
+        table.vacuum(full=False)
+    with pytest.raises(UnsupportedOptionError, match=r"delete: commit_properties not supported"):
+        table.delete("id = 3", commit_properties=object())
+    with pytest.raises(UnsupportedOptionError, match="to_pyarrow_table: filesystem not supported"):
+        table.to_pyarrow_table(filesystem=object())
+    with pytest.raises(UnsupportedOptionError, match="restore: typo_argument not supported"):
+        table.restore(0, typo_argument=1)
+    assert DeltaTable(uri).count() == 3
+
+
+def test_optimize_takes_deltalakes_engine_arguments(tmp_path: Path) -> None:
+    from replay.protocol.deltalake_options import UnsupportedOptionError
+
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS, max_rows_per_file=1)
+    metrics = DeltaTable(uri).optimize.compact(max_spill_size=1 << 30, max_temp_directory_size=None)
+    assert metrics["numFilesRemoved"] == 4
+    with pytest.raises(UnsupportedOptionError, match="z_order: writer_properties not supported"):
+        DeltaTable(uri).optimize.z_order(["id"], writer_properties=object())

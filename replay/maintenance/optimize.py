@@ -56,6 +56,7 @@ from replay.maintenance.optimize_rewrite import (
 )
 from replay.maintenance.zorder import ZOrderRewriter, resolve_zorder_columns
 from replay.protocol.arrow_actions import add_actions, map_dicts
+from replay.protocol.deltalake_options import check_deltalake_options
 from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import (
     TRUE,
@@ -425,13 +426,16 @@ class TableOptimizer:
         min_commit_interval: Interval | None = None,
         *,
         full: bool = False,
+        **deltalake_options: object,
     ) -> dict[str, object]:
         """Compact small files into files of about ``target_size`` bytes (Delta's ``OPTIMIZE``).
 
         On a clustered table this clusters, as Delta's OPTIMIZE does: the files not yet
         clustered, with the small ZCubes, along the Hilbert curve of the clustering columns
         (:mod:`replay.maintenance.clustering`); ``full=True`` reclusters every file (``OPTIMIZE
-        ... FULL``)."""
+        ... FULL``). deltalake's engine arguments (``max_spill_size``, ``writer_properties`` ...)
+        are taken as :mod:`replay.protocol.deltalake_options` says."""
+        check_deltalake_options("compact", **deltalake_options)
         return self._optimize(
             OptimizeMode.COMPACT,
             partition_filters,
@@ -448,9 +452,11 @@ class TableOptimizer:
         target_size: int | None = None,
         max_concurrent_tasks: int | None = None,
         min_commit_interval: Interval | None = None,
+        **deltalake_options: object,
     ) -> dict[str, object]:
         """Rewrite every file of the selected partitions clustered along the Z-curve of ``columns``
-        (Delta's ``OPTIMIZE ... ZORDER BY``)."""
+        (Delta's ``OPTIMIZE ... ZORDER BY``). deltalake's engine arguments: as for ``compact``."""
+        check_deltalake_options("z_order", **deltalake_options)
         return self._optimize(
             OptimizeMode.ZORDER,
             partition_filters,

@@ -1,0 +1,73 @@
+"""``write_deltalake``: deltalake's write function, with its arguments and defaults, on
+:func:`~replay.txn.write.write_table` (deltalake code ports with its import changed)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from logstores.conf import ConfLike, to_conf_dict
+from logstores.delta_rs_options import with_storage_options
+from replay.protocol.deltalake_options import check_deltalake_options
+from replay.table import DeltaTable
+from replay.txn.write import ArrowData, InvalidWriteOptionError, write_table
+
+
+def write_deltalake(
+    table_or_uri: str | os.PathLike[str] | DeltaTable,
+    data: ArrowData,
+    *,
+    partition_by: list[str] | str | None = None,
+    mode: str = "error",
+    name: str | None = None,
+    description: str | None = None,
+    configuration: Mapping[str, str | None] | None = None,
+    schema_mode: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    predicate: str | None = None,
+    target_file_size: int | None = None,
+    writer_properties: object | None = None,
+    commit_properties: object | None = None,
+    post_commithook_properties: object | None = None,
+    conf: ConfLike | None = None,
+) -> None:
+    """deltalake's ``write_deltalake``, on :func:`~replay.txn.write.write_table`.
+
+    ``mode`` is ``error`` (the default: the table must not exist), ``append``, ``overwrite`` or
+    ``ignore``; ``schema_mode="merge"`` adds new columns, ``"overwrite"`` (with
+    ``mode="overwrite"``) replaces the schema; ``predicate`` overwrites only the rows it selects
+    (``replaceWhere``); ``name``, ``description``, ``partition_by`` and ``configuration`` shape a
+    new table. ``storage_options`` are delta-rs's (``AWS_ENDPOINT_URL``, ...) and ``conf`` this
+    library's settings. ``target_file_size``, ``writer_properties``, ``commit_properties`` and
+    ``post_commithook_properties`` are refused when given (:class:`UnsupportedOptionError`
+    naming them), not ignored. Raises what ``write_table`` raises.
+    """
+    check_deltalake_options(
+        "write_deltalake",
+        target_file_size=target_file_size,
+        writer_properties=writer_properties,
+        commit_properties=commit_properties,
+        post_commithook_properties=post_commithook_properties,
+    )
+    if schema_mode not in (None, "merge", "overwrite"):
+        raise InvalidWriteOptionError(
+            f"schema_mode must be 'merge', 'overwrite' or None, not {schema_mode!r}"
+        )
+    if isinstance(table_or_uri, DeltaTable):  # the table's settings, then the ones given here
+        uri, conf = table_or_uri.table_uri, {**table_or_uri.delta_log.conf, **to_conf_dict(conf)}
+    else:
+        uri = os.fspath(table_or_uri)
+    settings = with_storage_options(uri, conf, storage_options)
+    write_table(
+        uri,
+        data,
+        mode=mode,
+        partition_by=[partition_by] if isinstance(partition_by, str) else partition_by,
+        conf=settings,
+        configuration={key: value for key, value in (configuration or {}).items() if value is not None},
+        merge_schema=schema_mode == "merge",
+        overwrite_schema=schema_mode == "overwrite",
+        replace_where=predicate,
+        name=name,
+        description=description,
+    )
