@@ -241,3 +241,23 @@ def test_optimize_takes_deltalakes_engine_arguments(tmp_path: Path) -> None:
     assert metrics["numFilesRemoved"] == 4
     with pytest.raises(UnsupportedOptionError, match="z_order: writer_properties not supported"):
         DeltaTable(uri).optimize.z_order(["id"], writer_properties=object())
+
+
+def test_deltalakes_exception_names_catch_what_delta_rs_raises_them_for(tmp_path: Path) -> None:
+    from replay import exceptions
+
+    with pytest.raises(exceptions.TableNotFoundError):
+        DeltaTable(tmp_path / "missing")
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS, configuration={"delta.appendOnly": "true"})
+    with pytest.raises(exceptions.CommitFailedError):  # delta-rs: CommitFailedError too
+        DeltaTable(uri).delete("id = 1")
+    with pytest.raises(exceptions.SchemaMismatchError):
+        write_deltalake(uri, pa.table({"other": [1]}), mode="append")
+    DeltaTable(uri).alter.add_constraint({"positive": "id IS NULL OR id > 0"})
+    with pytest.raises(exceptions.DeltaProtocolError):
+        write_deltalake(uri, ROWS.slice(0, 1).set_column(0, "id", pa.array([-1], pa.int64())), mode="append")
+    assert all(
+        issubclass(error, exceptions.DeltaError)
+        for error in (*exceptions.CommitFailedError, *exceptions.DeltaProtocolError)
+    )
