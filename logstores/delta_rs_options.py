@@ -140,7 +140,7 @@ def conf_from_storage_options(table_uri: str, storage_options: Mapping[str, obje
     cloud = _CLOUD_OF_PROTOCOL.get(fsspec_protocol(scheme))
     settings: dict[str, str] = {}
     for key, raw in storage_options.items():
-        key_cloud, meaning = _meaning(key)
+        key_cloud, meaning = _meaning(key, cloud)
         if key_cloud is not None and key_cloud != cloud:
             continue  # another cloud's option: delta-rs ignores it too
         if meaning:
@@ -175,21 +175,24 @@ def _known(key: str) -> bool:
     return True
 
 
-def _meaning(key: str) -> tuple[str | None, str]:
-    """(the cloud a key belongs to, ``None`` for every cloud; what it sets)."""
+def _meaning(key: str, cloud: str | None = None) -> tuple[str | None, str]:
+    """(the cloud a key belongs to, ``None`` for every cloud; what it sets). A key without a
+    prefix that several clouds have (``endpoint``) is ``cloud``'s, the table's, if it has it."""
     lowered = key.strip().lower()
     if lowered in _STANDALONE:
         return _STANDALONE[lowered]
-    for cloud, (prefix, names) in _CLOUDS.items():
+    for owner, (prefix, names) in _CLOUDS.items():
         if lowered.startswith(prefix):
             bare = lowered.removeprefix(prefix)
             if bare in names:
-                return cloud, names[bare]
+                return owner, names[bare]
             if bare in _ANY_CLOUD:
                 return None, _ANY_CLOUD[bare]
     if lowered in _ANY_CLOUD:
         return None, _ANY_CLOUD[lowered]
-    owners = [cloud for cloud, (_, names) in _CLOUDS.items() if lowered in names]
+    owners = sorted(
+        (name for name, (_, names) in _CLOUDS.items() if lowered in names), key=lambda c: c != cloud
+    )
     if owners:
         return owners[0], _CLOUDS[owners[0]][1][lowered]
     known = [prefix + name for prefix, names in _CLOUDS.values() for name in names] + list(_STANDALONE)

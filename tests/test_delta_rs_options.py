@@ -80,6 +80,13 @@ def test_options_set_the_stores_settings() -> None:
         "delta.logStore.abfss.options.sas_token": "sv=1&sig=x",
         "delta.logStore.abfss.options.tenant_id": "t1",
     }
+    # a key several clouds have, without its prefix, is the table's cloud's
+    endpoint = {"account_name": "acct", "account_key": "a2V5", "endpoint": "https://acct.example/x"}
+    assert conf_from_storage_options("az://c/t", endpoint) == {
+        "delta.logStore.az.options.connection_string": "DefaultEndpointsProtocol=https;AccountName=acct;"
+        "AccountKey=a2V5;BlobEndpoint=https://acct.example/x;"
+    }
+    assert "spark.hadoop.fs.s3a.endpoint" in conf_from_storage_options("s3://b/t", {"endpoint": "http://x"})
     emulated = conf_from_storage_options("az://c/t", {"AZURE_STORAGE_USE_EMULATOR": "true"})
     assert f"AccountName={AZURITE_ACCOUNT};" in emulated["delta.logStore.az.options.connection_string"]
     assert conf_from_storage_options("gs://b/t", {"GOOGLE_SERVICE_ACCOUNT": "/keys/sa.json"}) == {
