@@ -367,6 +367,8 @@ class DeltaTable:
         retention_hours: float | None = None,
         dry_run: bool = True,
         enforce_retention_duration: bool = True,
+        *,
+        full: bool = True,
         **deltalake_options: object,
     ) -> list[str]:
         """Delete the files no version within the retention needs (Delta's VACUUM, see
@@ -376,8 +378,9 @@ class DeltaTable:
         ``retention_hours`` defaults to the table's ``delta.deletedFileRetentionDuration``; a
         shorter one raises :class:`~replay.maintenance.vacuum.VacuumRetentionError` unless
         ``enforce_retention_duration=False``. Works on the latest version, whatever version this
-        object is loaded at. This is Delta's full VACUUM: ``full=False`` (deltalake's default
-        lite mode) is refused by name, not run as full.
+        object is loaded at. ``full=True`` (the default) is Delta's VACUUM, which also deletes old
+        files no commit ever added (a failed writer's); ``full=False`` is deltalake's default lite
+        mode, which deletes only the files of expired tombstones.
         """
         check_deltalake_options("vacuum", **deltalake_options)
         result = vacuum_table(
@@ -386,6 +389,7 @@ class DeltaTable:
             retention_hours=retention_hours,
             dry_run=dry_run,
             enforce_retention_duration=enforce_retention_duration,
+            lite=not full,
         )
         if result.end_version is not None:  # its commits change no file: files replayed on first use
             self._snapshot = load_snapshot(self._log.io, version=result.end_version, files=False)

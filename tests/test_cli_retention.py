@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,15 @@ def test_vacuum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert not (tmp_path / "t" / dry["files"][0]).exists()
     code, _, err = run(capsys, "vacuum", uri, "--retain-hours", "soon")
     assert code == 1 and "expected a number of hours" in err
+    (tmp_path / "t" / "orphan.parquet").write_bytes(b"x")  # not a tombstone: a lite vacuum keeps it
+    os.utime(tmp_path / "t" / "orphan.parquet", (0, 0))
+    assert (
+        run_json(capsys, "vacuum", uri, "--retain-hours", "0", "--dry-run", "--lite", *NO_CHECK)["files"]
+        == []
+    )
+    assert run_json(capsys, "vacuum", uri, "--retain-hours", "0", "--dry-run", *NO_CHECK)["files"] == [
+        "orphan.parquet"
+    ]
 
 
 def test_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

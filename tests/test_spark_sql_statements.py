@@ -54,6 +54,9 @@ def test_statements_parse_to_their_parts() -> None:
     ]
     vacuum = parse_statement("vacuum delta.`s3a://b/t` retain 0 hours dry run")
     assert vacuum == ast.Vacuum(vacuum.table, 0.0, True) and vacuum.table.path == "s3a://b/t"
+    lite, full = parse_statement("VACUUM t LITE RETAIN 2 HOURS"), parse_statement("VACUUM t FULL DRY RUN")
+    assert isinstance(lite, ast.Vacuum) and lite == ast.Vacuum(lite.table, 2.0, False, lite=True)
+    assert isinstance(full, ast.Vacuum) and full == ast.Vacuum(full.table, None, True, lite=False)
     optimize = parse_statement("OPTIMIZE '/t' WHERE p = 'a' ZORDER BY (x, y)")
     assert isinstance(optimize, ast.Optimize) and (optimize.where, optimize.zorder) == ("p = 'a'", ("x", "y"))
     widened = parse_statement("ALTER TABLE t ALTER COLUMN s.a TYPE decimal(12, 2)")

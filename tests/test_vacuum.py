@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable as RustTable
 
 from replay import ConcurrentModificationError, DeltaLog, DeltaTable, write_table
+from replay.data.deletion_vectors import dv_file_path
 from replay.log.table_io import TableIO
 from replay.maintenance import vacuum_listing
 from replay.maintenance.vacuum import (
@@ -267,6 +268,45 @@ def test_same_files_as_delta_rs(tmp_path: Path) -> None:
     assert sorted(RustTable(uri).to_pyarrow_table()["a"].to_pylist()) == sorted(
         DeltaTable(uri).to_pyarrow_table()["a"].to_pylist()
     )
+
+
+def test_lite_vacuum_deletes_what_delta_rs_lite_deletes(tmp_path: Path) -> None:
+    """deltalake's default mode: only the old files of expired tombstones go (with the deletion
+    vectors no version keeps); orphans, change data and directories stay for a full vacuum."""
+    path = tmp_path / "t"
+    uri = str(path)
+    data = pa.table({"a": list(range(40)), "p": [i % 4 for i in range(40)]})
+    write_table(uri, data, partition_by=["p"], max_rows_per_file=3)
+    write_table(uri, data.filter(pc.equal(data["p"], 1)), mode="overwrite", replace_where="p = 1")
+    (path / "orphan.parquet").write_bytes(b"x")
+    (path / "_change_data").mkdir()
+    pq.write_table(pa.table({"a": [1]}), path / "_change_data" / "cdc-00000.snappy.parquet")
+    age(path, 3600)
+    removed = {add.path for add in DeltaLog.for_table(uri).snapshot(0).files()} - set(DeltaTable(uri).files())
+    lite = sorted(DeltaTable(uri).vacuum(retention_hours=0, full=False, **NO_CHECK))
+    rust = RustTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, full=False)
+    assert lite == sorted(rust) == sorted(removed)
+    assert sorted(DeltaTable(uri).vacuum(retention_hours=0, dry_run=False, full=False, **NO_CHECK)) == lite
+    assert {"orphan.parquet", "_change_data/cdc-00000.snappy.parquet"} <= data_files(path)
+    assert (path / "p=1").is_dir()  # a lite vacuum removes no directory
+    full = DeltaTable(uri).vacuum(retention_hours=0, **NO_CHECK)
+    assert sorted(full) == ["_change_data/cdc-00000.snappy.parquet", "orphan.parquet"]
+
+
+def test_lite_vacuum_deletes_expired_deletion_vectors_only(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_table(uri, pa.table({"a": list(range(10))}), configuration={"delta.enableDeletionVectors": "true"})
+    DeltaTable(uri).delete("a = 1")  # a deletion vector file
+    DeltaTable(uri).delete("a = 2")  # a second one replaces it: the first is a tombstone's
+    age(tmp_path / "t", 3600)
+    (first,) = [a.deletion_vector for a in DeltaLog.for_table(uri).snapshot(1).files()]
+    (second,) = [a.deletion_vector for a in DeltaTable(uri).snapshot.files()]
+    assert first is not None and second is not None
+    first_name, second_name = (str(dv_file_path(dv, uri)).rsplit("/", 1)[-1] for dv in (first, second))
+    gone = DeltaTable(uri).vacuum(retention_hours=0, full=False, dry_run=False, **NO_CHECK)
+    assert [name.rsplit("/", 1)[-1] for name in gone] == [first_name]  # the data file stays active
+    assert second_name in {name.rsplit("/", 1)[-1] for name in data_files(tmp_path / "t")}
+    assert sorted(DeltaTable(uri).to_pyarrow_table()["a"].to_pylist()) == [0, *range(3, 10)]
 
 
 # -- writers running ----------------------------------------------------------------------------------

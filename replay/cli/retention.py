@@ -22,7 +22,7 @@ def cmd_vacuum(args: argparse.Namespace, conf: dict[str, str]) -> int:
     table = DeltaTable(args.uri, conf=conf)
     action = "Listing files to vacuum in" if args.dry_run else "Vacuuming"
     with output.working(f"{action} {args.uri}"):
-        files = table.vacuum(retention_hours=args.retain_hours, dry_run=args.dry_run)
+        files = table.vacuum(retention_hours=args.retain_hours, dry_run=args.dry_run, full=not args.lite)
     if args.json:
         output.print_json({"dry_run": args.dry_run, "files": files, "version": table.version()})
         return 0
@@ -102,6 +102,9 @@ def configure_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
         help="keep files removed less than N hours ago (default: delta.deletedFileRetentionDuration)",
     )
     vacuum.add_argument("--dry-run", action="store_true", help="only list the files that would go")
+    vacuum.add_argument(
+        "--lite", action="store_true", help="only the files of expired tombstones (Delta's VACUUM LITE)"
+    )
     vacuum.add_argument("--json", action="store_true")
 
     restore = command("restore", cmd_restore, "Restore a table to an earlier version in one commit.")

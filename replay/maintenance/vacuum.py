@@ -1,6 +1,7 @@
 """VACUUM: delete the files no version within the retention needs (Delta's ``VacuumCommand``).
 
-Which files go, exactly as Delta's full VACUUM decides:
+Which files go, exactly as Delta's full VACUUM decides (a lite VACUUM, deltalake's default mode,
+deletes only the old files the log says were removed: see :func:`plan_vacuum`):
 
 * the cut-off is ``now - retention``: the retention is ``retention_hours`` (rounded to whole
   hours, as Delta does) or else the table's ``delta.deletedFileRetentionDuration`` (one week by
@@ -43,7 +44,7 @@ from replay.log.concurrency import Work, executor
 from replay.log.table_io import TableIO
 from replay.maintenance.vacuum_delete import delete_empty_directories, delete_files
 from replay.maintenance.vacuum_listing import LISTING_SCHEMA, LOCAL_SCHEMES, TableListing, stat_local
-from replay.maintenance.vacuum_referenced import ancestor_directories, referenced_files
+from replay.maintenance.vacuum_referenced import ancestor_directories, expired_tombstones, referenced_files
 from replay.protocol.errors import DeltaError
 from replay.protocol.iceberg_compat import publishes_iceberg
 from replay.protocol.table_config import check_protocol_writable, check_readable
@@ -145,8 +146,12 @@ def plan_vacuum(
     retention_hours: float | None = None,
     enforce_retention_duration: bool = True,
     now_ms: int | None = None,
+    lite: bool = False,
 ) -> VacuumPlan:
-    """Decide what a vacuum of the table at ``snapshot`` (its latest version) deletes.
+    """Decide what a vacuum of the table at ``snapshot`` (its latest version) deletes; ``lite``:
+    only the files of tombstones older than the retention (and their deletion vectors), no
+    directory, as deltalake's default mode does, where the full vacuum deletes every old file no
+    version within the retention uses.
 
     Raises :class:`VacuumRetentionError` for a retention Delta refuses, and
     :class:`~replay.protocol.errors.UnsupportedTableFeatureError` for a table this library cannot
@@ -181,9 +186,11 @@ def plan_vacuum(
     if listing.is_local:
         unreferenced = stat_local(listing.root, unreferenced.column("path").to_pylist())
     old = unreferenced.filter(pc.less(unreferenced.column("modification_time"), delete_before))
+    if lite:
+        old = old.filter(pc.is_in(old.column("path"), value_set=expired_tombstones(snapshot, delete_before)))
     candidates = old.select(["path", "size"])
     directories: list[str] = []
-    if listing.is_local:
+    if listing.is_local and not lite:
         # a directory holding an old file goes in a later run, one holding a kept file never
         holding_old = ancestor_directories(old.column("path"))
         directories = [d for d in listing.directories if d not in holding_old and d not in kept.directories]
@@ -207,6 +214,7 @@ def vacuum(
     dry_run: bool = True,
     enforce_retention_duration: bool = True,
     now_ms: int | None = None,
+    lite: bool = False,
 ) -> VacuumResult:
     """Vacuum the table whose latest snapshot is ``snapshot`` (see the module docs).
 
@@ -220,6 +228,7 @@ def vacuum(
         retention_hours=retention_hours,
         enforce_retention_duration=enforce_retention_duration,
         now_ms=now_ms,
+        lite=lite,
     )
     paths = plan.paths
     if dry_run:

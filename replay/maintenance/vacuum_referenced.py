@@ -5,6 +5,9 @@ retention cut-off (a version inside the retention may still read it), the deleti
 of both, and every directory holding one of them. Change data files are not state: once older
 than the retention they go like any unreferenced file.
 
+A lite VACUUM (deltalake's default) deletes only what the log says was removed:
+:func:`expired_tombstones`.
+
 Paths come out relative to the table root and decoded (as the listing names files), in one Arrow
 string array: the log's paths are converted in Arrow, and only the few that are URL-encoded,
 absolute or carry a deletion vector stored in a file are resolved one by one. Files outside the
@@ -48,6 +51,18 @@ def referenced_files(snapshot: Snapshot, delete_before_ms: int) -> ReferencedFil
     paths = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
     paths = pc.drop_null(paths)
     return ReferencedFiles(paths, frozenset(ancestor_directories(paths)))
+
+
+def expired_tombstones(snapshot: Snapshot, delete_before_ms: int) -> pa.Array:
+    """The files of the tombstones deleted before ``delete_before_ms`` and their deletion vector
+    files (relative to the table root): all that a lite VACUUM may delete."""
+    root = snapshot.table_path.rstrip("/")
+    tombstones = snapshot.tombstones_table()
+    expired = pc.less(pc.fill_null(tombstones.column("deletion_timestamp"), 0), delete_before_ms)
+    gone = tombstones.filter(expired)
+    parts = [relative_paths(chunk, root) for chunk in gone.column("path").chunks]
+    parts.append(pa.array(_dv_paths(gone.column("deletion_vector"), root), pa.string()))
+    return pc.drop_null(pa.concat_arrays(parts)) if parts else pa.array([], pa.string())
 
 
 def relative_paths(paths: pa.Array, root: str) -> pa.Array:

@@ -4,9 +4,9 @@ where honouring it would take something this library does not do, never silently
 
 Accepted: DataFusion's memory and concurrency settings (``streamed_exec``, ``max_spill_size``,
 ``max_temp_directory_size``, ``max_concurrent_tasks``: operations here stream file by file and
-size their own thread pools), ``error_on_type_mismatch=True`` (a value must have its column's
-type, as here anyway) and ``full=True`` for VACUUM (Delta's full VACUUM, the one this library
-runs). Anything else given (not ``None``) raises :class:`UnsupportedOptionError`.
+size their own thread pools) and ``error_on_type_mismatch=True`` (a value must have its
+column's type, as here anyway). Anything else given (not ``None``) raises
+:class:`UnsupportedOptionError`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from replay.protocol.errors import DeltaError
 
 INERT = frozenset({"streamed_exec", "max_spill_size", "max_temp_directory_size", "max_concurrent_tasks"})
 """Arguments that tune deltalake's engine and change no result."""
-ACCEPTED_VALUES = {"error_on_type_mismatch": True, "full": True}
+ACCEPTED_VALUES = {"error_on_type_mismatch": True}
 """Arguments accepted with the value that is this library's behaviour."""
 INSTEAD = {
     "writer_properties": "Parquet files are written with this library's settings",
     "commit_properties": "write_table takes user_metadata and txn_app_id/txn_version",
     "post_commithook_properties": "checkpoints and log cleanup follow the table's properties",
     "error_on_type_mismatch": "values are cast to a column's type only where SQL casts them",
-    "full": "VACUUM LITE is not implemented: vacuum runs Delta's full VACUUM",
     "keep_versions": "versions are kept by delta.deletedFileRetentionDuration (retention_hours)",
     "filesystem": "files are read with the table's storage settings (storage_options or conf)",
     "target_file_size": "write_table takes max_rows_per_file; OPTIMIZE compacts to a target size",

@@ -149,6 +149,8 @@ class Vacuum:
     table: TableRef
     retain_hours: float | None
     dry_run: bool
+    lite: bool = False
+    """``VACUUM ... LITE``: only the files of expired tombstones (``FULL``, the default: Delta's)."""
 
 
 @dataclass(frozen=True)

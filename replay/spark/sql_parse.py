@@ -210,10 +210,7 @@ class StatementParser(TokenCursor[Token]):
             raise UnsupportedStatementError(
                 "VACUUM ... USING INVENTORY", "sql(spark, 'VACUUM <table>') without an inventory"
             )
-        if self.token.is_word("lite", "full"):
-            raise UnsupportedStatementError(
-                f"VACUUM ... {self.token.text.upper()}", "sql(spark, 'VACUUM <table>') (a full vacuum)"
-            )
+        mode = self.take_word("lite", "full")
         hours = None
         if self.take_word("retain"):
             hours = float(self.number("a number of hours"))
@@ -223,7 +220,7 @@ class StatementParser(TokenCursor[Token]):
             self.expect_word("run")
             dry_run = True
         self.finish()
-        return ast.Vacuum(table, hours, dry_run)
+        return ast.Vacuum(table, hours, dry_run, lite=mode is not None and mode.text.lower() == "lite")
 
     def restore(self) -> ast.Statement:
         self.advance()

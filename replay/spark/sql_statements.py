@@ -173,7 +173,13 @@ def _run(spark: Any, statement: ast.Statement) -> Any:
 def _vacuum(spark: Any, statement: ast.Vacuum) -> Any:
     """Delta's VACUUM result: the table's path, or in a dry run the files it would delete."""
     log = _target(spark, statement.table).log()
-    result = vacuum(log.io, log.update(), retention_hours=statement.retain_hours, dry_run=statement.dry_run)
+    result = vacuum(
+        log.io,
+        log.update(),
+        retention_hours=statement.retain_hours,
+        dry_run=statement.dry_run,
+        lite=statement.lite,
+    )
     root = log.table_path.rstrip("/")
     rows = [(f"{root}/{path}",) for path in result.files] if statement.dry_run else [(log.table_path,)]
     return spark.createDataFrame(rows, "path STRING")
