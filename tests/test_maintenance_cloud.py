@@ -39,6 +39,10 @@ def test_vacuum_and_restore_on_object_stores(cloud: StoreUnderTest, monkeypatch:
     dry = vacuum(log.io, log.update(), retention_hours=0, enforce_retention_duration=False, now_ms=later)
     assert set(dry.files) == {*removed, "p=1/orphan.parquet"}
     assert len(removed) == 6  # six files of two rows: one delete batch
+    lite = vacuum(
+        log.io, log.update(), retention_hours=0, enforce_retention_duration=False, now_ms=later, lite=True
+    )
+    assert set(lite.files) == removed  # the log's removed files only: the orphan waits for a full one
     result = vacuum(
         log.io, log.update(), retention_hours=0, dry_run=False, enforce_retention_duration=False, now_ms=later
     )

@@ -174,6 +174,8 @@ def plan_vacuum(
     listing = TableListing(
         io.table_path, dict(io.conf), snapshot.partition_columns, iceberg_metadata_hidden=iceberg
     )
+    if lite and listing.is_local:  # the log names every candidate: stat them, walk no directory
+        return _plan_lite_local(io, snapshot, listing.root, delete_before, specified, check_enabled)
     pool = executor(Work.SCAN, 2)  # list the directories while the referenced files are computed
     listed_batches = pool.submit(list, listing) if pool is not None else None
     kept = referenced_files(snapshot, delete_before)
@@ -183,14 +185,15 @@ def plan_vacuum(
     )
     del batches
     unreferenced = listed.filter(pc.invert(pc.is_in(listed.column("path"), value_set=kept.paths)))
+    if lite:  # on an object store: the listed files the expired tombstones name
+        expired = expired_tombstones(snapshot, delete_before)
+        unreferenced = unreferenced.filter(pc.is_in(unreferenced.column("path"), value_set=expired))
     if listing.is_local:
         unreferenced = stat_local(listing.root, unreferenced.column("path").to_pylist())
     old = unreferenced.filter(pc.less(unreferenced.column("modification_time"), delete_before))
-    if lite:
-        old = old.filter(pc.is_in(old.column("path"), value_set=expired_tombstones(snapshot, delete_before)))
     candidates = old.select(["path", "size"])
     directories: list[str] = []
-    if listing.is_local and not lite:
+    if listing.is_local:
         # a directory holding an old file goes in a later run, one holding a kept file never
         holding_old = ancestor_directories(old.column("path"))
         directories = [d for d in listing.directories if d not in holding_old and d not in kept.directories]
@@ -203,6 +206,33 @@ def plan_vacuum(
         specified_retention_ms=specified,
         retention_check_enabled=check_enabled,
         directory_count=len(listing.directories) + 1,
+    )
+
+
+def _plan_lite_local(  # noqa: PLR0917 - the plan's parts
+    io: TableIO,
+    snapshot: Snapshot,
+    root: str,
+    delete_before: int,
+    specified: int | None,
+    check_enabled: bool,
+) -> VacuumPlan:
+    """A lite vacuum on local disk: the expired tombstones' files no version keeps, those that
+    still exist and are old (``stat`` of each, no listing)."""
+    kept = referenced_files(snapshot, delete_before)
+    named = expired_tombstones(snapshot, delete_before)
+    named = named.filter(pc.invert(pc.is_in(named, value_set=kept.paths)))
+    found = stat_local(root, pc.unique(named).to_pylist())
+    old = found.filter(pc.less(found.column("modification_time"), delete_before))
+    return VacuumPlan(
+        table_path=io.table_path,
+        files=old.select(["path", "size"]),
+        directories=[],
+        delete_before_ms=delete_before,
+        default_retention_ms=snapshot.config.deleted_file_retention_ms,
+        specified_retention_ms=specified,
+        retention_check_enabled=check_enabled,
+        directory_count=0,
     )
 
 

@@ -57,7 +57,7 @@ def expired_tombstones(snapshot: Snapshot, delete_before_ms: int) -> pa.Array:
     """The files of the tombstones deleted before ``delete_before_ms`` and their deletion vector
     files (relative to the table root): all that a lite VACUUM may delete."""
     root = snapshot.table_path.rstrip("/")
-    tombstones = snapshot.tombstones_table()
+    tombstones = snapshot.tombstones_table(expired=True)
     expired = pc.less(pc.fill_null(tombstones.column("deletion_timestamp"), 0), delete_before_ms)
     gone = tombstones.filter(expired)
     parts = [relative_paths(chunk, root) for chunk in gone.column("path").chunks]

@@ -236,8 +236,9 @@ class Snapshot:
                 out.append(RemoveFile.from_dict({**row, "dataChange": False}))
         return out
 
-    def tombstones_table(self) -> pa.Table:
-        """:meth:`tombstones` as Arrow (:data:`TOMBSTONES_SCHEMA`)."""
+    def tombstones_table(self, *, expired: bool = False) -> pa.Table:
+        """:meth:`tombstones` as Arrow (:data:`TOMBSTONES_SCHEMA`); with ``expired``, also the
+        ones older than the retention that the log still holds (a lite VACUUM's candidates)."""
         parts = [camel_dicts_to_snake(self._files.commit_remove_dicts, TOMBSTONES_SCHEMA)]
         tables = [*self._files.commit_remove_tables, *self._files.checkpoint_removes]
         parts += [camel_table_to_snake(table, TOMBSTONES_SCHEMA) for table in tables]
@@ -247,6 +248,8 @@ class Snapshot:
             TOMBSTONES_SCHEMA.field("data_change"),
             pa.repeat(pa.scalar(False), table.num_rows),
         )
+        if expired:
+            return table
         deleted = pc.fill_null(table.column("deletion_timestamp"), 0)
         return table.filter(pc.greater(deleted, self.min_file_retention_timestamp))
 
