@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -291,6 +292,27 @@ def test_lite_vacuum_deletes_what_delta_rs_lite_deletes(tmp_path: Path) -> None:
     assert (path / "p=1").is_dir()  # a lite vacuum removes no directory
     full = DeltaTable(uri).vacuum(retention_hours=0, **NO_CHECK)
     assert sorted(full) == ["_change_data/cdc-00000.snappy.parquet", "orphan.parquet"]
+
+
+def test_lite_vacuum_finds_tombstones_older_than_the_retention(tmp_path: Path) -> None:
+    """The snapshot's tombstones leave out those past the table's retention: a lite vacuum reads
+    them from the log all the same (a month-old remove is its very candidate)."""
+    path = tmp_path / "t"
+    uri = str(path)
+    write_table(uri, pa.table({"a": [1, 2]}))
+    write_table(uri, pa.table({"a": [3]}), mode="overwrite")
+    commit = path / "_delta_log" / "00000000000000000001.json"
+    month_ago = int(time.time() * 1000) - 30 * DAY_S * 1000
+    actions = [orjson.loads(line) for line in commit.read_bytes().splitlines()]
+    for action in actions:
+        if "remove" in action:
+            action["remove"]["deletionTimestamp"] = month_ago
+    commit.write_bytes(b"\n".join(orjson.dumps(action) for action in actions))
+    age(path, 30 * DAY_S)
+    (removed,) = {add.path for add in DeltaLog.for_table(uri).snapshot(0).files()}
+    assert DeltaTable(uri).snapshot.tombstones_table().num_rows == 0  # past the retention
+    assert DeltaTable(uri).vacuum(full=False, dry_run=False) == [removed]
+    assert data_files(path) == set(DeltaTable(uri).files())
 
 
 def test_lite_vacuum_deletes_expired_deletion_vectors_only(tmp_path: Path) -> None:
