@@ -6,6 +6,7 @@ vectors."""
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -188,15 +189,17 @@ def test_deltalakes_read_arguments_select_what_delta_rs_selects(tmp_path: Path) 
     DeltaTable(uri).update({"name": "'changed'"}, predicate="id >= 2")
     ours, theirs = DeltaTable(uri), RustTable(uri)
     part = [("n", "=", 4)]
-    assert normalised(ours.to_pyarrow_table(partitions=part)) == normalised(
-        pa.table(theirs.to_pyarrow_table(partitions=part))
-    )
+    with warnings.catch_warnings():  # delta-rs deprecates the arguments its older code passes
+        warnings.simplefilter("ignore", DeprecationWarning)
+        their_rows = pa.table(theirs.to_pyarrow_table(partitions=part))
+        their_uris = sorted(theirs.file_uris([("n", "=", 3)]))
+    assert normalised(ours.to_pyarrow_table(partitions=part)) == normalised(their_rows)
     both = ours.to_pyarrow_table(partitions=part, filters=[("id", "=", 2)])
     assert both.column("id").to_pylist() == [2]
     frame = ours.to_pandas(partitions=part, columns=["id"], types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     assert str(frame["id"].dtype) == "Int64" and sorted(frame["id"].dropna()) == [2]
     local = sorted(uri.removeprefix("file://") for uri in ours.file_uris([("n", "=", 3)]))
-    assert local == sorted(theirs.file_uris([("n", "=", 3)]))  # delta-rs spells local files as paths
+    assert local == their_uris  # delta-rs spells local files as paths
     assert len(local) == 1
     changes = ours.load_cdf(starting_version=1, predicate="_change_type = 'update_postimage' AND id > 2")
     rust_changes = pa.table(
