@@ -63,6 +63,7 @@ from replay.protocol.table_config import TableConfiguration
 from replay.state.snapshot import Snapshot
 from replay.table import DeltaTable
 from replay.txn.checkpoint_writer import CheckpointResult
+from replay.txn.commit_properties import CommitProperties, commit_properties
 from replay.txn.committer import Committer, FileSystemCommitter
 from replay.txn.constraint_checks import InvariantViolationError
 from replay.txn.transaction import CommitOutcome, Transaction
@@ -78,6 +79,7 @@ __all__ = [
     "CheckpointResult",
     "CommitInfo",
     "CommitOutcome",
+    "CommitProperties",
     "Committer",
     "ConcurrentAppendException",
     "ConcurrentDeleteDeleteException",
@@ -119,6 +121,7 @@ __all__ = [
     "UnsupportedTableFeatureError",
     "VersionNotFoundError",
     "__version__",
+    "commit_properties",
     "delete_files",
     "parse_action",
     "parse_actions",

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 
 from logstores.conf import ConfLike, to_conf_dict
 from logstores.delta_rs_options import with_storage_options
-from replay.protocol.deltalake_options import check_deltalake_options
+from replay.protocol.deltalake_options import UnsupportedOptionError, check_deltalake_options
 from replay.table import DeltaTable
+from replay.txn.commit_properties import CommitProperties
+from replay.txn.commit_properties import commit_properties as committing
 from replay.txn.write import ArrowData, InvalidWriteOptionError, write_table
 
 
@@ -38,16 +40,27 @@ def write_deltalake(
     ``mode="overwrite"``) replaces the schema; ``predicate`` overwrites only the rows it selects
     (``replaceWhere``); ``name``, ``description``, ``partition_by`` and ``configuration`` shape a
     new table. ``storage_options`` are delta-rs's (``AWS_ENDPOINT_URL``, ...) and ``conf`` this
-    library's settings. ``target_file_size``, ``writer_properties``, ``commit_properties`` and
-    ``post_commithook_properties`` are refused when given (:class:`UnsupportedOptionError`
-    naming them), not ignored. Raises what ``write_table`` raises.
+    library's settings. ``commit_properties`` (deltalake's or :class:`CommitProperties`) adds its
+    ``custom_metadata`` to the commit, sets its retries, and its one application transaction
+    makes the write idempotent (``txn_app_id``/``txn_version``). ``target_file_size``,
+    ``writer_properties`` and ``post_commithook_properties`` are refused when given
+    (:class:`UnsupportedOptionError` naming them), not ignored. Raises what ``write_table`` raises.
     """
     check_deltalake_options(
         "write_deltalake",
         target_file_size=target_file_size,
         writer_properties=writer_properties,
-        commit_properties=commit_properties,
         post_commithook_properties=post_commithook_properties,
+    )
+    applications = list(getattr(commit_properties, "app_transactions", None) or ())
+    if len(applications) > 1:
+        raise UnsupportedOptionError(
+            "write_deltalake: commit_properties.app_transactions: one write records one"
+        )
+    application = applications[0] if applications else None
+    properties = CommitProperties(
+        custom_metadata=getattr(commit_properties, "custom_metadata", None),
+        max_commit_retries=getattr(commit_properties, "max_commit_retries", None),
     )
     if schema_mode not in (None, "merge", "overwrite"):
         raise InvalidWriteOptionError(
@@ -58,16 +71,19 @@ def write_deltalake(
     else:
         uri = os.fspath(table_or_uri)
     settings = with_storage_options(uri, conf, storage_options)
-    write_table(
-        uri,
-        data,
-        mode=mode,
-        partition_by=[partition_by] if isinstance(partition_by, str) else partition_by,
-        conf=settings,
-        configuration={key: value for key, value in (configuration or {}).items() if value is not None},
-        merge_schema=schema_mode == "merge",
-        overwrite_schema=schema_mode == "overwrite",
-        replace_where=predicate,
-        name=name,
-        description=description,
-    )
+    with committing(properties):
+        write_table(
+            uri,
+            data,
+            mode=mode,
+            partition_by=[partition_by] if isinstance(partition_by, str) else partition_by,
+            conf=settings,
+            configuration={key: value for key, value in (configuration or {}).items() if value is not None},
+            merge_schema=schema_mode == "merge",
+            overwrite_schema=schema_mode == "overwrite",
+            replace_where=predicate,
+            name=name,
+            description=description,
+            txn_app_id=application.app_id if application is not None else None,
+            txn_version=application.version if application is not None else None,
+        )

@@ -50,6 +50,7 @@ from replay.state.loader import load_snapshot
 from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
 from replay.txn.checkpoint_writer import CheckpointResult
+from replay.txn.commit_properties import commit_properties, deltalake_arguments
 from replay.txn.transaction import Transaction
 from replay.txn.write import (
     ArrowData,
@@ -315,8 +316,8 @@ class DeltaTable:
         Delta's conflict exceptions (:class:`~replay.protocol.errors.ConcurrentModificationError`).
         deltalake's engine arguments are taken as :mod:`replay.protocol.deltalake_options` says.
         """
-        check_deltalake_options("delete", **deltalake_options)
-        result = delete_rows(self._snapshot, predicate)
+        with commit_properties(deltalake_arguments("delete", deltalake_options)):
+            result = delete_rows(self._snapshot, predicate)
         self._moved_to(result.version)
         return result.metrics
 
@@ -332,8 +333,8 @@ class DeltaTable:
         stored into the columns' types with Spark's ANSI store assignment; a row whose partition
         column changes moves to its new partition. Returns Delta's UPDATE metrics and raises as
         :meth:`delete` does."""
-        check_deltalake_options("update", **deltalake_options)
-        result = update_rows(self._snapshot, updates, new_values, predicate)
+        with commit_properties(deltalake_arguments("update", deltalake_options)):
+            result = update_rows(self._snapshot, updates, new_values, predicate)
         self._moved_to(result.version)
         return result.metrics
 
@@ -350,7 +351,7 @@ class DeltaTable:
         (a SQL condition over ``target_alias`` and ``source_alias``): add WHEN clauses to the
         returned :class:`~replay.dml.merge_builder.TableMerger`, then ``execute()`` it. ``merge_schema``
         adds the source columns that ``*`` clauses or assignments name to the table."""
-        check_deltalake_options("merge", **deltalake_options)
+        properties = deltalake_arguments("merge", deltalake_options)
         return TableMerger(
             self._snapshot,
             source,
@@ -359,6 +360,7 @@ class DeltaTable:
             target_alias=target_alias,
             merge_schema=merge_schema,
             on_commit=self._moved_to,
+            commit_properties=properties,
         )
 
     # -- maintenance (replay.maintenance) ---------------------------------------------------------
@@ -382,15 +384,15 @@ class DeltaTable:
         files no commit ever added (a failed writer's); ``full=False`` is deltalake's default lite
         mode, which deletes only the files of expired tombstones.
         """
-        check_deltalake_options("vacuum", **deltalake_options)
-        result = vacuum_table(
-            self._log.io,
-            self._log.update(),
-            retention_hours=retention_hours,
-            dry_run=dry_run,
-            enforce_retention_duration=enforce_retention_duration,
-            lite=not full,
-        )
+        with commit_properties(deltalake_arguments("vacuum", deltalake_options)):
+            result = vacuum_table(
+                self._log.io,
+                self._log.update(),
+                retention_hours=retention_hours,
+                dry_run=dry_run,
+                enforce_retention_duration=enforce_retention_duration,
+                lite=not full,
+            )
         if result.end_version is not None:  # its commits change no file: files replayed on first use
             self._snapshot = load_snapshot(self._log.io, version=result.end_version, files=False)
         return result.files
@@ -409,14 +411,14 @@ class DeltaTable:
         ``numRemovedFiles``, ``restoredFilesSize``, ``removedFilesSize``,
         ``numOfFilesAfterRestore``, ``tableSizeAfterRestore``), also under deltalake's names
         ``numRestoredFile`` and ``numRemovedFile``. Works from the latest version."""
-        check_deltalake_options("restore", **deltalake_options)
-        result = restore_table(
-            self._log.io,
-            self._log.update(),
-            target,
-            ignore_missing_files=ignore_missing_files,
-            protocol_downgrade_allowed=protocol_downgrade_allowed,
-        )
+        with commit_properties(deltalake_arguments("restore", deltalake_options)):
+            result = restore_table(
+                self._log.io,
+                self._log.update(),
+                target,
+                ignore_missing_files=ignore_missing_files,
+                protocol_downgrade_allowed=protocol_downgrade_allowed,
+            )
         self._snapshot = load_snapshot(
             self._log.io, version=result.version, files=False
         )  # files on first use

@@ -224,8 +224,8 @@ def test_deltalakes_engine_arguments_are_accepted_or_refused_by_name(tmp_path: P
     assert table.vacuum(full=True, keep_versions=None) == []
     with pytest.raises(UnsupportedOptionError, match="vacuum: keep_versions not supported"):
         table.vacuum(keep_versions=[1])
-    with pytest.raises(UnsupportedOptionError, match=r"delete: commit_properties not supported"):
-        table.delete("id = 3", commit_properties=object())
+    with pytest.raises(UnsupportedOptionError, match=r"delete: writer_properties not supported"):
+        table.delete("id = 3", writer_properties=object())
     with pytest.raises(UnsupportedOptionError, match="to_pyarrow_table: filesystem not supported"):
         table.to_pyarrow_table(filesystem=object())
     with pytest.raises(UnsupportedOptionError, match="restore: typo_argument not supported"):
@@ -262,3 +262,40 @@ def test_deltalakes_exception_names_catch_what_delta_rs_raises_them_for(tmp_path
         issubclass(error, exceptions.DeltaError)
         for error in (*exceptions.CommitFailedError, *exceptions.DeltaProtocolError)
     )
+
+
+def test_commit_properties_reach_every_commit_of_an_operation(tmp_path: Path) -> None:
+    """deltalake's CommitProperties (its class or this library's): custom metadata in commitInfo,
+    as delta-rs writes it, on writes, row changes and maintenance; an application transaction
+    makes write_deltalake idempotent; a field of Delta's own is refused."""
+    from deltalake import CommitProperties as RustCommitProperties
+    from deltalake.transaction import Transaction as RustTransaction
+
+    from replay import CommitProperties, commit_properties
+    from replay.protocol.deltalake_options import UnsupportedOptionError
+
+    uri = str(tmp_path / "t")
+    tagged = RustCommitProperties(custom_metadata={"run": "r1"}, app_transactions=[RustTransaction("job", 3)])
+    write_deltalake(uri, ROWS, commit_properties=tagged)
+    write_deltalake(uri, ROWS, mode="append", commit_properties=tagged)  # version 3 of "job": skipped
+    table = DeltaTable(uri)
+    assert table.version() == 0 and table.transaction_version("job") == 3
+    table.delete("id = 1", commit_properties=CommitProperties(custom_metadata={"run": "r2"}))
+    table.merge(
+        ROWS, "target.id = source.id", commit_properties=RustCommitProperties(custom_metadata={"run": "r3"})
+    ).when_matched_update_all().execute()
+    with commit_properties(CommitProperties(custom_metadata={"run": "r4"}, user_metadata="nightly")):
+        table.alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+    history = DeltaTable(uri).history()
+    assert [(h["operation"], h.get("run")) for h in history] == [
+        ("SET TBLPROPERTIES", "r4"),
+        ("MERGE", "r3"),
+        ("DELETE", "r2"),
+        ("WRITE", "r1"),
+    ]
+    assert history[0]["userMetadata"] == "nightly"
+    assert [h.get("run") for h in RustTable(uri).history()] == ["r4", "r3", "r2", "r1"]
+    with pytest.raises(ValueError, match=r"\['operation'\] would replace fields Delta writes"):
+        CommitProperties(custom_metadata={"operation": "x"})
+    with pytest.raises(UnsupportedOptionError, match=r"delete: commit_properties\.app_transactions"):
+        table.delete("id = 2", commit_properties=tagged)

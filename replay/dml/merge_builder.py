@@ -8,6 +8,8 @@ from replay.dml.errors import InvalidDmlArgumentError
 from replay.dml.merge import merge_rows
 from replay.dml.merge_clauses import MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE, ClauseSpec
 from replay.state.snapshot import Snapshot
+from replay.txn.commit_properties import CommitProperties
+from replay.txn.commit_properties import commit_properties as committing
 from replay.txn.write import ArrowData
 
 
@@ -25,6 +27,7 @@ class TableMerger:
         target_alias: str = "target",
         merge_schema: bool = False,
         on_commit: Callable[[int | None], None] | None = None,
+        commit_properties: CommitProperties | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._source = source
@@ -33,6 +36,7 @@ class TableMerger:
         self._target_alias = target_alias
         self._merge_schema = merge_schema
         self._on_commit = on_commit
+        self._commit_properties = commit_properties
         self._specs: list[ClauseSpec] = []
         self._executed = False
 
@@ -87,15 +91,16 @@ class TableMerger:
                 "This MERGE was already executed", table=self._snapshot.io.table_path
             )
         self._executed = True
-        result = merge_rows(
-            self._snapshot,
-            self._source,
-            self._predicate,
-            self._specs,
-            source_alias=self._source_alias,
-            target_alias=self._target_alias,
-            merge_schema=self._merge_schema,
-        )
+        with committing(self._commit_properties):
+            result = merge_rows(
+                self._snapshot,
+                self._source,
+                self._predicate,
+                self._specs,
+                source_alias=self._source_alias,
+                target_alias=self._target_alias,
+                merge_schema=self._merge_schema,
+            )
         if self._on_commit is not None:
             self._on_commit(result.version)
         return result.metrics

@@ -56,7 +56,6 @@ from replay.maintenance.optimize_rewrite import (
 )
 from replay.maintenance.zorder import ZOrderRewriter, resolve_zorder_columns
 from replay.protocol.arrow_actions import add_actions, map_dicts
-from replay.protocol.deltalake_options import check_deltalake_options
 from replay.protocol.errors import DeltaError
 from replay.protocol.predicates import (
     TRUE,
@@ -69,6 +68,7 @@ from replay.protocol.sql_predicate import parse_predicate
 from replay.state.pruning import decided_by_partition_values, prune
 from replay.state.scan import Filter, read_predicate
 from replay.state.snapshot import Snapshot
+from replay.txn.commit_properties import commit_properties, deltalake_arguments
 from replay.txn.transaction import CommitOutcome, Transaction
 from replay.txn.write_commit import partitions_matching
 
@@ -435,15 +435,15 @@ class TableOptimizer:
         (:mod:`replay.maintenance.clustering`); ``full=True`` reclusters every file (``OPTIMIZE
         ... FULL``). deltalake's engine arguments (``max_spill_size``, ``writer_properties`` ...)
         are taken as :mod:`replay.protocol.deltalake_options` says."""
-        check_deltalake_options("compact", **deltalake_options)
-        return self._optimize(
-            OptimizeMode.COMPACT,
-            partition_filters,
-            target_size,
-            max_concurrent_tasks,
-            min_commit_interval,
-            full=full,
-        )
+        with commit_properties(deltalake_arguments("compact", deltalake_options)):
+            return self._optimize(
+                OptimizeMode.COMPACT,
+                partition_filters,
+                target_size,
+                max_concurrent_tasks,
+                min_commit_interval,
+                full=full,
+            )
 
     def z_order(
         self,
@@ -456,15 +456,15 @@ class TableOptimizer:
     ) -> dict[str, object]:
         """Rewrite every file of the selected partitions clustered along the Z-curve of ``columns``
         (Delta's ``OPTIMIZE ... ZORDER BY``). deltalake's engine arguments: as for ``compact``."""
-        check_deltalake_options("z_order", **deltalake_options)
-        return self._optimize(
-            OptimizeMode.ZORDER,
-            partition_filters,
-            target_size,
-            max_concurrent_tasks,
-            min_commit_interval,
-            zorder_columns=list(columns),
-        )
+        with commit_properties(deltalake_arguments("z_order", deltalake_options)):
+            return self._optimize(
+                OptimizeMode.ZORDER,
+                partition_filters,
+                target_size,
+                max_concurrent_tasks,
+                min_commit_interval,
+                zorder_columns=list(columns),
+            )
 
     def purge_deletion_vectors(
         self,

@@ -19,7 +19,6 @@ ACCEPTED_VALUES = {"error_on_type_mismatch": True}
 """Arguments accepted with the value that is this library's behaviour."""
 INSTEAD = {
     "writer_properties": "Parquet files are written with this library's settings",
-    "commit_properties": "write_table takes user_metadata and txn_app_id/txn_version",
     "post_commithook_properties": "checkpoints and log cleanup follow the table's properties",
     "error_on_type_mismatch": "values are cast to a column's type only where SQL casts them",
     "keep_versions": "versions are kept by delta.deletedFileRetentionDuration (retention_hours)",

@@ -78,6 +78,8 @@ class OperationInfo:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, Any] = field(default_factory=dict)
     user_metadata: str | None = None
+    custom: Mapping[str, Any] = field(default_factory=dict)
+    """Extra ``commitInfo`` fields (deltalake's ``custom_metadata``), none of Delta's own."""
 
 
 def commit_info(
@@ -107,6 +109,7 @@ def commit_info(
         values["userMetadata"] = info.user_metadata
     values["engineInfo"] = engine_info()
     values["txnId"] = txn_id
+    values.update(info.custom)
     return CommitInfo(values)
 
 

@@ -63,6 +63,7 @@ from replay.protocol.table_properties import (
 )
 from replay.state.loader import load_snapshot
 from replay.state.snapshot import Snapshot
+from replay.txn.commit_properties import CommitProperties, current_commit_properties
 from replay.txn.committer import (
     DEFAULT_MAX_ATTEMPTS,
     Committer,
@@ -113,9 +114,13 @@ class Transaction:
         self.operation = operation
         self.operation_parameters: dict[str, Any] = {}
         self.operation_metrics: dict[str, Any] = {}
-        self.user_metadata: str | None = None
+        properties = current_commit_properties() or CommitProperties()
+        self.user_metadata: str | None = properties.user_metadata
+        self.custom_metadata: dict[str, Any] = dict(properties.custom_metadata or {})
+        """Extra ``commitInfo`` fields (:mod:`replay.txn.commit_properties`)."""
         self.committer: Committer = committer or FileSystemCommitter()
-        self.max_attempts = max_attempts
+        retries = properties.max_commit_retries
+        self.max_attempts = max_attempts if retries is None else retries + 1
         self.txn_id = txn_id or str(uuid.uuid4())
         """The commit's ``commitInfo.txnId``: how a writer finds out later whether it committed."""
         self.outcome = CommitOutcome.NOT_COMMITTED
@@ -271,7 +276,11 @@ class Transaction:
         )
         timestamps = InCommitTimestamps(self.io, config.in_commit_timestamps_enabled)
         info = OperationInfo(
-            self.operation, self.operation_parameters, self.operation_metrics, self.user_metadata
+            self.operation,
+            self.operation_parameters,
+            self.operation_metrics,
+            self.user_metadata,
+            self.custom_metadata,
         )
         blind = blind_append(self._actions, current.reads)
         version = self.read_version + 1

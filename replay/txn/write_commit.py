@@ -196,7 +196,8 @@ def commit_write(
         if removes:
             txn.operation_metrics["numRemovedFiles"] = len(removes)
             txn.operation_metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
-        txn.user_metadata = plan.options.user_metadata
+        if plan.options.user_metadata is not None:  # else the commit_properties block's, if any
+            txn.user_metadata = plan.options.user_metadata
         return txn.commit()
     except BaseException:
         if txn.outcome is CommitOutcome.NOT_COMMITTED:
