@@ -6,6 +6,7 @@ options."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -207,3 +208,26 @@ def test_storage_options_in_the_place_of_conf_are_read_as_storage_options() -> N
     }
     unchanged = {"spark.delta.logStore.s3.impl": "s3-single-driver", "nodot": "kept"}
     assert with_storage_options("s3://bucket/t", unchanged, None) is unchanged
+
+
+@pytest.mark.cloud
+def test_storage_options_work_wherever_settings_are_taken(
+    moto_server: MotoServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """write_table, DeltaLog and the command line take delta-rs's options among their settings."""
+    from replay import DeltaLog, write_table
+    from replay.cli.main import main
+
+    uri, options = f"s3://{moto_server.create_bucket()}/t", s3_options(moto_server)
+    write_table(uri, ROWS, conf=options)
+    assert DeltaLog.for_table(uri, options).latest_version() == 0
+    assert RustTable(uri, storage_options=options).version() == 0
+    argv = [
+        "read",
+        uri,
+        "--json",
+        *(arg for key, value in options.items() for arg in ("--conf", f"{key}={value}")),
+    ]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(row["id"] for row in rows) == [1, 2, 3]

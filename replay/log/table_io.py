@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from logstores import LogStore, LogStoreConfError, create_log_store
 from logstores.conf import ConfLike, to_conf_dict
+from logstores.delta_rs_options import with_storage_options
 from logstores.filesystem import uri_scheme
 from logstores.redaction import redact_url, refuse_userinfo_secret
 from replay.log.concurrency import Work, default_threads, executor
@@ -63,12 +64,15 @@ class TableIO:
     ) -> TableIO:
         """The IO of ``table_uri``: ``store``, or the store ``create_log_store(conf)`` resolves.
 
+        ``conf`` may hold delta-rs's storage options among its settings (``AWS_ENDPOINT_URL``, ...:
+        :func:`logstores.delta_rs_options.with_storage_options`).
+
         Raises :class:`logstores.LogStoreConfError` for an invalid configuration, and for a URI
         carrying credentials in its userinfo (``s3a://KEY:SECRET@bucket/t``), refused before
         anything can show it.
         """
         refuse_userinfo_secret(table_uri)
-        settings = to_conf_dict(conf)
+        settings = to_conf_dict(with_storage_options(table_uri, to_conf_dict(conf), None))
         table_path = normalize_table_uri(table_uri)
         local = uri_scheme(table_path) in LOCAL_SCHEMES
         configured = settings.get(READ_THREADS_KEY)
