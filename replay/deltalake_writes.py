@@ -14,6 +14,9 @@ from replay.txn.commit_properties import CommitProperties
 from replay.txn.commit_properties import commit_properties as committing
 from replay.txn.write import ArrowData, InvalidWriteOptionError, write_table
 
+DEFAULT_TARGET_FILE_SIZE = 100 * 1024 * 1024
+"""The bytes after which ``write_deltalake`` closes a file unless told otherwise (deltalake's)."""
+
 
 def write_deltalake(
     table_or_uri: str | os.PathLike[str] | DeltaTable,
@@ -42,13 +45,13 @@ def write_deltalake(
     new table. ``storage_options`` are delta-rs's (``AWS_ENDPOINT_URL``, ...) and ``conf`` this
     library's settings. ``commit_properties`` (deltalake's or :class:`CommitProperties`) adds its
     ``custom_metadata`` to the commit, sets its retries, and its one application transaction
-    makes the write idempotent (``txn_app_id``/``txn_version``). ``target_file_size``,
+    makes the write idempotent (``txn_app_id``/``txn_version``). Files roll over at
+    ``target_file_size`` bytes (deltalake's default: :data:`DEFAULT_TARGET_FILE_SIZE`).
     ``writer_properties`` and ``post_commithook_properties`` are refused when given
     (:class:`UnsupportedOptionError` naming them), not ignored. Raises what ``write_table`` raises.
     """
     check_deltalake_options(
         "write_deltalake",
-        target_file_size=target_file_size,
         writer_properties=writer_properties,
         post_commithook_properties=post_commithook_properties,
     )
@@ -86,4 +89,5 @@ def write_deltalake(
             description=description,
             txn_app_id=application.app_id if application is not None else None,
             txn_version=application.version if application is not None else None,
+            target_file_size=target_file_size or DEFAULT_TARGET_FILE_SIZE,
         )

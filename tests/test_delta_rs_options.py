@@ -126,8 +126,8 @@ def test_write_deltalake_takes_deltalakes_arguments(tmp_path: Path) -> None:
     assert table.version() == 2
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 3, 4]
     assert normalised(table.to_pyarrow_table()) == normalised(RustTable(str(uri)).to_pyarrow_table())
-    with pytest.raises(DeltaError, match="target_file_size, writer_properties not supported"):
-        write_deltalake(uri, MORE, mode="append", target_file_size=1 << 20, writer_properties=object())
+    with pytest.raises(DeltaError, match="writer_properties, post_commithook_properties not supported"):
+        write_deltalake(uri, MORE, mode="append", writer_properties=object(), post_commithook_properties=1)
     with pytest.raises(DeltaError, match="schema_mode must be"):
         write_deltalake(uri, MORE, mode="append", schema_mode="replace")
     assert DeltaTable(uri).version() == 2

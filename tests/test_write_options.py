@@ -337,3 +337,35 @@ def test_randomized_file_prefixes_place_data_files_as_delta_does(tmp_path: Path)
     plain = str(tmp_path / "plain")
     write_table(plain, data, partition_by=["p"])
     assert all(add.path.startswith("p=") for add in _all_adds(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_files_roll_over_at_the_target_size(tmp_path: Path, partitioned: bool) -> None:
+    """A file closes once its row groups reach ``target_file_size`` bytes: every file but the last
+    of a partition has at least that many, and none twice as many; the rows are all there."""
+    import numpy as np
+    from deltalake import DeltaTable as RustTable
+
+    from replay import DeltaTable, write_deltalake
+
+    rows = 400_000
+    generator = np.random.default_rng(7)
+    data = pa.table(
+        {
+            "id": pa.array(np.arange(rows), pa.int64()),
+            "x": pa.array(generator.random(rows)),
+            "p": pa.array(np.arange(rows) % 2, pa.int32()),
+        }
+    )
+    uri, target = str(tmp_path / "t"), 1 << 18
+    write_table(uri, data, partition_by=["p"] if partitioned else None, target_file_size=target)
+    files = DeltaTable(uri).get_add_actions(flatten=True).to_pylist()
+    by_partition: dict[object, list[int]] = {}
+    for file in files:
+        by_partition.setdefault(file.get("partition.p"), []).append(file["size_bytes"])
+    for sizes in by_partition.values():
+        sizes.sort()
+        assert len(sizes) > 2 and all(target <= size < 2 * target for size in sizes[1:]), sizes
+    assert DeltaTable(uri).count() == rows == RustTable(uri).count()
+    write_deltalake(tmp_path / "default", data)  # deltalake's 100 MiB: one file
+    assert len(DeltaTable(tmp_path / "default").files()) == 1

@@ -23,7 +23,6 @@ INSTEAD = {
     "error_on_type_mismatch": "values are cast to a column's type only where SQL casts them",
     "keep_versions": "versions are kept by delta.deletedFileRetentionDuration (retention_hours)",
     "filesystem": "files are read with the table's storage settings (storage_options or conf)",
-    "target_file_size": "write_table takes max_rows_per_file; OPTIMIZE compacts to a target size",
 }
 """What to do instead, for the arguments refused."""
 

@@ -11,9 +11,9 @@ them there (a partitioned table with column mapping, ``delta.randomizeFilePrefix
 A :class:`DataFileWriter` takes Arrow batches (what a Spark task receives, or slices of a Python
 table), conforms them to the table's columns (:mod:`replay.txn.write_spec`), checks the write's
 constraints (the table's, :mod:`replay.txn.constraint_checks`, then a ``replaceWhere``
-predicate), splits them by partition and
-streams them into Parquet files, with row groups of about :data:`ROW_GROUP_ROWS` rows and at most
-``max_records_per_file`` rows per file. Nothing per row happens in Python. Files go through
+predicate), splits them by partition and streams them into Parquet files of row groups of about
+:data:`ROW_GROUP_ROWS` rows, at most ``max_records_per_file`` rows and about ``target_file_size``
+bytes (a file closes once its row groups reach it). Nothing per row happens in Python. Files go through
 :func:`logstores.open_filesystem` with the same storage settings as the log (local files are
 written by pyarrow directly). Nothing here commits: :func:`delete_data_files` removes the files
 of a write that will not be committed.
@@ -141,6 +141,7 @@ class _OpenFile:
         self._writer: pq.ParquetWriter | None = None
         self._handle: Any = None
         self._chunk_schema: pa.Schema | None = None
+        self._flush_bytes = min(ROW_GROUP_BYTES, spec.target_file_size or ROW_GROUP_BYTES)
         self.rows = 0
 
     def add(self, table: pa.Table) -> None:
@@ -155,9 +156,16 @@ class _OpenFile:
         self._bound_bytes += table.get_total_buffer_size()
         self.rows += table.num_rows
         if self._buffered_rows >= ROW_GROUP_ROWS or (
-            self._bound_bytes >= ROW_GROUP_BYTES and self.buffered_bytes >= ROW_GROUP_BYTES
+            self._bound_bytes >= self._flush_bytes and self.buffered_bytes >= self._flush_bytes
         ):
             self._flush()
+
+    @property
+    def written_bytes(self) -> int:
+        """The bytes of the row groups written so far (the rows still buffered not counted)."""
+        if self._writer is None:
+            return 0
+        return int(self._handle.tell()) if self._handle is not None else os.path.getsize(self.target)
 
     def _open(self, first: pa.Table) -> pq.ParquetWriter:
         """The Parquet writer of the file, whose first rows are ``first`` (they decide which
@@ -361,14 +369,18 @@ class DataFileWriter:
         return tuple(partition_value_string(values[c], self._types[c]) for c in self.spec.partition_columns)
 
     def _append(self, key: tuple[str | None, ...], table: pa.Table) -> None:
-        limit = self.spec.max_records_per_file
+        limit, size = self.spec.max_records_per_file, self.spec.target_file_size
+        piece = table.num_rows
+        if size is not None:  # pieces of at most a row group, so that a file closes near its size
+            piece = max(1, min(ROW_GROUP_BYTES, size) * table.num_rows // max(1, table.nbytes))
         while table.num_rows:
             current = self._open.pop(key, None) or self._new_file(key)
             self._open[key] = current  # most recently used last
-            room = table.num_rows if limit is None else limit - current.rows
+            room = min(piece, table.num_rows if limit is None else limit - current.rows)
             current.add(table.slice(0, room))
             table = table.slice(room)
-            if limit is not None and current.rows >= limit:
+            full = limit is not None and current.rows >= limit
+            if full or (size is not None and current.written_bytes >= size):
                 self._finish(key)
         while len(self._open) > MAX_OPEN_FILES:
             self._finish(next(iter(self._open)))

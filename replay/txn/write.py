@@ -164,6 +164,7 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
     cluster_by: list[str] | None = None,
     name: str | None = None,
     description: str | None = None,
+    target_file_size: int | None = None,
 ) -> int | None:
     """Write ``arrow_table`` to the Delta table at ``table_uri``; returns the committed version.
 
@@ -215,6 +216,7 @@ def write_table(  # noqa: PLR0917 (signature shared with the public API)
         txn_version=txn_version,
         user_metadata=user_metadata,
         max_records_per_file=max_rows_per_file,
+        target_file_size=target_file_size,
         configuration=dict(configuration or {}),
         allow_implicit_casts=True,
         cluster_by=tuple(cluster_by) if cluster_by is not None else None,

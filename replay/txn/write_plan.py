@@ -91,7 +91,8 @@ class WriteOptions:
     ``partition_overwrite_mode`` (``partitionOverwriteMode``) apply to overwrites.
     ``txn_app_id``/``txn_version`` (``txnAppId``/``txnVersion``) make the write idempotent.
     ``user_metadata`` (``userMetadata``) goes into ``commitInfo``. ``max_records_per_file``
-    (``maxRecordsPerFile``, 0 or less: no limit). ``configuration``: table properties of a new
+    (``maxRecordsPerFile``, 0 or less: no limit); ``target_file_size``: bytes after which a file
+    is closed (deltalake's; none by default). ``configuration``: table properties of a new
     table (for an existing table a different value is refused). ``allow_implicit_casts``: values
     of another primitive type are cast to the table's type (as SQL inserts do) instead of failing
     the schema check. ``cluster_by`` (``clusterBy``): the clustering columns of a new, clustered
@@ -109,6 +110,7 @@ class WriteOptions:
     txn_version: int | None = None
     user_metadata: str | None = None
     max_records_per_file: int | None = None
+    target_file_size: int | None = None
     configuration: Mapping[str, str] = field(default_factory=dict)
     allow_implicit_casts: bool = False
     cluster_by: tuple[str, ...] | None = None
@@ -324,6 +326,7 @@ def plan_write(
         io,
         config,
         max_records_per_file=options.max_records_per_file,
+        target_file_size=options.target_file_size,
         replace_where=replace_where.text if replace_where is not None else None,
     )
     return WritePlan(
@@ -373,6 +376,7 @@ def file_write_spec(
     config: TableConfiguration,
     *,
     max_records_per_file: int | None = None,
+    target_file_size: int | None = None,
     replace_where: str | None = None,
 ) -> FileWriteSpec:
     """How data files of a table in ``config`` are written: its columns and partitioning, the
@@ -387,6 +391,7 @@ def file_write_spec(
         max_records_per_file=max_records_per_file
         if max_records_per_file and max_records_per_file > 0
         else None,
+        target_file_size=target_file_size if target_file_size and target_file_size > 0 else None,
         replace_where=replace_where,
         constraints=config.constraints,
         write_time=datetime.datetime.now(datetime.UTC),

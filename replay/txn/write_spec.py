@@ -51,6 +51,8 @@ class FileWriteSpec:
     num_indexed_cols: int = DEFAULT_NUM_INDEXED_COLS
     string_prefix_length: int = DEFAULT_STRING_PREFIX_LENGTH
     max_records_per_file: int | None = None
+    target_file_size: int | None = None
+    """A file is closed once this many bytes are written to it (files of about that size)."""
     replace_where: str | None = None
     constraints: TableConstraints = field(default_factory=TableConstraints)
     write_time: _dt.datetime | None = None
@@ -183,6 +185,7 @@ class FileWriteSpec:
             schema=self.schema.append(column),
             file_schema=stored,
             max_records_per_file=None,
+            target_file_size=None,
             row_tracking=None,
         )
 
