@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 from logstores.conf import ConfLike, to_conf_dict
 from logstores.delta_rs_options import with_storage_options
 from replay.protocol.deltalake_options import UnsupportedOptionError, check_deltalake_options
 from replay.table import DeltaTable
-from replay.txn.commit_properties import CommitProperties
 from replay.txn.commit_properties import commit_properties as committing
+from replay.txn.commit_properties import from_deltalake
 from replay.txn.write import ArrowData, InvalidWriteOptionError, write_table
 
 DEFAULT_TARGET_FILE_SIZE = 100 * 1024 * 1024
@@ -55,16 +56,13 @@ def write_deltalake(
         writer_properties=writer_properties,
         post_commithook_properties=post_commithook_properties,
     )
-    applications = list(getattr(commit_properties, "app_transactions", None) or ())
+    properties = from_deltalake(commit_properties, "write_deltalake", applications=True)
+    applications = list(properties.app_transactions or ()) if properties is not None else []
     if len(applications) > 1:
         raise UnsupportedOptionError(
             "write_deltalake: commit_properties.app_transactions: one write records one"
         )
     application = applications[0] if applications else None
-    properties = CommitProperties(
-        custom_metadata=getattr(commit_properties, "custom_metadata", None),
-        max_commit_retries=getattr(commit_properties, "max_commit_retries", None),
-    )
     if schema_mode not in (None, "merge", "overwrite"):
         raise InvalidWriteOptionError(
             f"schema_mode must be 'merge', 'overwrite' or None, not {schema_mode!r}"
@@ -74,7 +72,7 @@ def write_deltalake(
     else:
         uri = os.fspath(table_or_uri)
     settings = with_storage_options(uri, conf, storage_options)
-    with committing(properties):
+    with committing(replace(properties, app_transactions=None) if properties is not None else None):
         write_table(
             uri,
             data,

@@ -402,19 +402,24 @@ class TableOptimizer:
         *,
         zorder_columns: Sequence[str] = (),
         full: bool = False,
+        deltalake_options: Mapping[str, object] | None = None,
     ) -> dict[str, object]:
-        """Run :func:`optimize` on the loaded version, move the table to what it committed, and
-        return the metrics."""
-        result = optimize(
-            self._snapshot(),
-            mode,
-            partition_filters=partition_filters,
-            zorder_columns=zorder_columns,
-            target_size=target_size,
-            max_concurrent_tasks=max_concurrent_tasks,
-            min_commit_interval=min_commit_interval,
-            full=full,
-        )
+        """Run :func:`optimize` on the loaded version (its commit with deltalake's
+        ``commit_properties``, if given), move the table to what it committed, and return the
+        metrics."""
+        method = "z_order" if mode is OptimizeMode.ZORDER else mode.value  # as the caller named it
+        properties = deltalake_arguments(method, deltalake_options or {})
+        with commit_properties(properties):
+            result = optimize(
+                self._snapshot(),
+                mode,
+                partition_filters=partition_filters,
+                zorder_columns=zorder_columns,
+                target_size=target_size,
+                max_concurrent_tasks=max_concurrent_tasks,
+                min_commit_interval=min_commit_interval,
+                full=full,
+            )
         self._moved_to(result.version)
         return result.metrics
 
@@ -435,15 +440,15 @@ class TableOptimizer:
         (:mod:`replay.maintenance.clustering`); ``full=True`` reclusters every file (``OPTIMIZE
         ... FULL``). deltalake's engine arguments (``max_spill_size``, ``writer_properties`` ...)
         are taken as :mod:`replay.protocol.deltalake_options` says."""
-        with commit_properties(deltalake_arguments("compact", deltalake_options)):
-            return self._optimize(
-                OptimizeMode.COMPACT,
-                partition_filters,
-                target_size,
-                max_concurrent_tasks,
-                min_commit_interval,
-                full=full,
-            )
+        return self._optimize(
+            OptimizeMode.COMPACT,
+            partition_filters,
+            target_size,
+            max_concurrent_tasks,
+            min_commit_interval,
+            full=full,
+            deltalake_options=deltalake_options,
+        )
 
     def z_order(
         self,
@@ -456,15 +461,15 @@ class TableOptimizer:
     ) -> dict[str, object]:
         """Rewrite every file of the selected partitions clustered along the Z-curve of ``columns``
         (Delta's ``OPTIMIZE ... ZORDER BY``). deltalake's engine arguments: as for ``compact``."""
-        with commit_properties(deltalake_arguments("z_order", deltalake_options)):
-            return self._optimize(
-                OptimizeMode.ZORDER,
-                partition_filters,
-                target_size,
-                max_concurrent_tasks,
-                min_commit_interval,
-                zorder_columns=list(columns),
-            )
+        return self._optimize(
+            OptimizeMode.ZORDER,
+            partition_filters,
+            target_size,
+            max_concurrent_tasks,
+            min_commit_interval,
+            zorder_columns=list(columns),
+            deltalake_options=deltalake_options,
+        )
 
     def purge_deletion_vectors(
         self,

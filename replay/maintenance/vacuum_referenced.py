@@ -44,12 +44,7 @@ def referenced_files(snapshot: Snapshot, delete_before_ms: int) -> ReferencedFil
     tombstones = snapshot.tombstones_table()
     kept = pc.greater_equal(pc.fill_null(tombstones.column("deletion_timestamp"), 0), delete_before_ms)
     retained = tombstones.filter(kept).select(["path", "deletion_vector"])
-    parts: list[pa.Array] = []
-    for table in (active, retained):
-        parts += [relative_paths(chunk, root) for chunk in table.column("path").chunks]
-        parts.append(pa.array(_dv_paths(table.column("deletion_vector"), root), pa.string()))
-    paths = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
-    paths = pc.drop_null(paths)
+    paths = _file_paths([active, retained], root)
     return ReferencedFiles(paths, frozenset(ancestor_directories(paths)))
 
 
@@ -59,10 +54,17 @@ def expired_tombstones(snapshot: Snapshot, delete_before_ms: int) -> pa.Array:
     root = snapshot.table_path.rstrip("/")
     tombstones = snapshot.tombstones_table(expired=True)
     expired = pc.less(pc.fill_null(tombstones.column("deletion_timestamp"), 0), delete_before_ms)
-    gone = tombstones.filter(expired)
-    parts = [relative_paths(chunk, root) for chunk in gone.column("path").chunks]
-    parts.append(pa.array(_dv_paths(gone.column("deletion_vector"), root), pa.string()))
-    return pc.drop_null(pa.concat_arrays(parts)) if parts else pa.array([], pa.string())
+    return _file_paths([tombstones.filter(expired)], root)
+
+
+def _file_paths(tables: list[pa.Table], root: str) -> pa.Array:
+    """The data files and deletion vector files of the file actions in ``tables`` (relative to
+    ``root``; those outside it left out)."""
+    parts: list[pa.Array] = []
+    for table in tables:
+        parts += [relative_paths(chunk, root) for chunk in table.column("path").chunks]
+        parts.append(pa.array(_dv_paths(table.column("deletion_vector"), root), pa.string()))
+    return pc.drop_null(pa.concat_arrays(parts))
 
 
 def relative_paths(paths: pa.Array, root: str) -> pa.Array:

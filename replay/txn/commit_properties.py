@@ -18,23 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay.protocol.deltalake_options import UnsupportedOptionError, check_deltalake_options
-
-RESERVED = frozenset(
-    {
-        "inCommitTimestamp",
-        "timestamp",
-        "operation",
-        "operationParameters",
-        "readVersion",
-        "isolationLevel",
-        "isBlindAppend",
-        "operationMetrics",
-        "userMetadata",
-        "engineInfo",
-        "txnId",
-    }
-)
-"""The ``commitInfo`` fields a commit writes itself."""
+from replay.txn.committer import COMMIT_INFO_FIELDS
 
 
 @dataclass(frozen=True)
@@ -50,7 +34,7 @@ class CommitProperties:
     user_metadata: str | None = None
 
     def __post_init__(self) -> None:
-        clashing = sorted(RESERVED & set(self.custom_metadata or {}))
+        clashing = sorted(COMMIT_INFO_FIELDS & set(self.custom_metadata or {}))
         if clashing:
             raise ValueError(
                 f"custom commit metadata {clashing} would replace fields Delta writes in commitInfo"
@@ -62,21 +46,25 @@ class CommitProperties:
 _CURRENT: ContextVar[CommitProperties | None] = ContextVar("commit_properties", default=None)
 
 
-def from_deltalake(given: object | None, operation: str) -> CommitProperties | None:
-    """deltalake's ``CommitProperties`` (or this module's) for ``operation``, which records no
-    application transaction (:class:`UnsupportedOptionError` if asked to)."""
+def from_deltalake(
+    given: object | None, operation: str, *, applications: bool = False
+) -> CommitProperties | None:
+    """deltalake's ``CommitProperties`` (or this module's) for ``operation``; its application
+    transactions only where ``applications`` (an operation that records them), else
+    :class:`UnsupportedOptionError` if it has any."""
     if given is None:
         return None
-    properties = CommitProperties(
-        custom_metadata=getattr(given, "custom_metadata", None),
-        max_commit_retries=getattr(given, "max_commit_retries", None),
-        user_metadata=getattr(given, "user_metadata", None),
-    )
-    if getattr(given, "app_transactions", None):
+    recorded = getattr(given, "app_transactions", None)
+    if recorded and not applications:
         raise UnsupportedOptionError(
             f"{operation}: commit_properties.app_transactions not supported (write_deltalake records one)"
         )
-    return properties
+    return CommitProperties(
+        custom_metadata=getattr(given, "custom_metadata", None),
+        max_commit_retries=getattr(given, "max_commit_retries", None),
+        app_transactions=recorded if applications else None,
+        user_metadata=getattr(given, "user_metadata", None),
+    )
 
 
 def deltalake_arguments(operation: str, arguments: Mapping[str, object]) -> CommitProperties | None:

@@ -70,6 +70,24 @@ def encode_operation_parameters(parameters: Mapping[str, Any] | None) -> dict[st
     return encoded
 
 
+COMMIT_INFO_FIELDS = frozenset(
+    {
+        "inCommitTimestamp",
+        "timestamp",
+        "operation",
+        "operationParameters",
+        "readVersion",
+        "isolationLevel",
+        "isBlindAppend",
+        "operationMetrics",
+        "userMetadata",
+        "engineInfo",
+        "txnId",
+    }
+)
+"""The ``commitInfo`` fields :func:`commit_info` writes (custom metadata may add others)."""
+
+
 @dataclass(frozen=True)
 class OperationInfo:
     """What a commit says about itself in ``commitInfo`` besides its timestamps."""
