@@ -299,3 +299,7 @@ def test_commit_properties_reach_every_commit_of_an_operation(tmp_path: Path) ->
         CommitProperties(custom_metadata={"operation": "x"})
     with pytest.raises(UnsupportedOptionError, match=r"delete: commit_properties\.app_transactions"):
         table.delete("id = 2", commit_properties=tagged)
+    block = commit_properties(CommitProperties(app_transactions=[RustTransaction("job", 4)]))
+    with pytest.raises(UnsupportedOptionError, match="app_transactions not supported for a block"), block:
+        table.delete("id = 2")
+    assert DeltaTable(uri).version() == table.version()

@@ -82,10 +82,16 @@ def current_commit_properties() -> CommitProperties | None:
 
 @contextlib.contextmanager
 def commit_properties(properties: CommitProperties | None) -> Iterator[None]:
-    """Make the commits of the block carry ``properties`` (nothing changes for ``None``)."""
+    """Make the commits of the block carry ``properties`` (nothing changes for ``None``). Their
+    application transactions are refused (:class:`UnsupportedOptionError`): only a write records
+    one, so a block's other commits would drop them."""
     if properties is None:
         yield
         return
+    if properties.app_transactions:
+        raise UnsupportedOptionError(
+            "commit_properties: app_transactions not supported for a block (write_deltalake records one)"
+        )
     token = _CURRENT.set(properties)
     try:
         yield
