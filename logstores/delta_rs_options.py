@@ -168,17 +168,28 @@ def with_storage_options(
 
 
 def _known(key: str) -> bool:
-    try:
-        _meaning(key)
-    except LogStoreConfError:
-        return False
-    return True
+    return _lookup(key.strip().lower()) is not None
 
 
 def _meaning(key: str, cloud: str | None = None) -> tuple[str | None, str]:
-    """(the cloud a key belongs to, ``None`` for every cloud; what it sets). A key without a
-    prefix that several clouds have (``endpoint``) is ``cloud``'s, the table's, if it has it."""
+    """(the cloud a key belongs to, ``None`` for every cloud; what it sets). Raises
+    :class:`LogStoreConfError` naming a key object_store does not have, with close matches."""
     lowered = key.strip().lower()
+    found = _lookup(lowered, cloud)
+    if found is not None:
+        return found
+    known = [prefix + name for prefix, names in _CLOUDS.values() for name in names] + list(_STANDALONE)
+    suggestion = close_matches(lowered, known)
+    hint = f" Did you mean {', '.join(name.upper() for name in suggestion)}?" if suggestion else ""
+    raise LogStoreConfError(
+        f"storage option {key!r} is not supported: this library honours the object_store keys of "
+        f"its table's cloud that it can apply, and refuses the rest rather than ignore them.{hint}"
+    )
+
+
+def _lookup(lowered: str, cloud: str | None = None) -> tuple[str | None, str] | None:
+    """:func:`_meaning` of a lowercase key, ``None`` if object_store has no such key. A key without
+    a prefix that several clouds have (``endpoint``) is ``cloud``'s, the table's, if it has it."""
     if lowered in _STANDALONE:
         return _STANDALONE[lowered]
     for owner, (prefix, names) in _CLOUDS.items():
@@ -195,13 +206,7 @@ def _meaning(key: str, cloud: str | None = None) -> tuple[str | None, str]:
     )
     if owners:
         return owners[0], _CLOUDS[owners[0]][1][lowered]
-    known = [prefix + name for prefix, names in _CLOUDS.values() for name in names] + list(_STANDALONE)
-    suggestion = close_matches(lowered, known)
-    hint = f" Did you mean {', '.join(name.upper() for name in suggestion)}?" if suggestion else ""
-    raise LogStoreConfError(
-        f"storage option {key!r} is not supported: this library honours the object_store keys of "
-        f"its table's cloud that it can apply, and refuses the rest rather than ignore them.{hint}"
-    )
+    return None
 
 
 _AZURE_OPTIONS = ("account_name", "account_key", "sas_token", "client_id", "client_secret", "tenant_id")
